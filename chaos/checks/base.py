@@ -1,0 +1,131 @@
+"""The check contract (Jepsen's checker): a pure function from a history to a verdict.
+
+A check never raises to its caller: :func:`run_check` turns an exception into an ``unknown``
+verdict, never a pass. ``ok`` means the job behaved; ``failed`` means it did not, and the
+explanation names the events that show it; ``unknown`` means the history cannot tell.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from chaos.history import Event, History
+
+Status = Literal["ok", "failed", "unknown"]
+
+
+@dataclass
+class Verdict:
+    """One check's judgement of one run.
+
+    ``value`` is the check's measurement where it has one (``unit`` says its unit, e.g. seconds);
+    ``events`` holds a few of the events the explanation refers to.
+    """
+
+    check: str
+    status: Status
+    explanation: str
+    value: float | None = None
+    unit: str | None = None
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Reference:
+    """What a fault-free run of the same target, seed and world size ended with."""
+
+    key: str
+    world_size: int
+    final_digests: dict[int, str]
+    step_digests: dict[int, str]
+    accuracy: float | None
+    wall_time_s: float
+    run_dir: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Reference:
+        return cls(
+            key=data["key"],
+            world_size=int(data["world_size"]),
+            final_digests={int(k): v for k, v in data["final_digests"].items()},
+            step_digests={int(k): v for k, v in data["step_digests"].items()},
+            accuracy=data.get("accuracy"),
+            wall_time_s=float(data["wall_time_s"]),
+            run_dir=data["run_dir"],
+        )
+
+
+@dataclass
+class CheckContext:
+    """What a check may know besides the history: the job's shape and the reference run."""
+
+    steps: int
+    world_size: int
+    checkpoint_every: int | None
+    reference: Reference | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CheckDef:
+    """A registered check: its function, a one-line summary, and its parameters' validator."""
+
+    name: str
+    fn: Callable[[History, CheckContext], Verdict]
+    summary: str
+    params: dict[str, type] = field(default_factory=dict)
+    needs_reference: bool = False
+
+    def param_problem(self, params: dict[str, Any]) -> str | None:
+        for key, value in params.items():
+            if key not in self.params:
+                known = ", ".join(self.params) or "none"
+                return f"{key!r} is not a parameter of {self.name}; its parameters: {known}"
+            want = self.params[key]
+            accepted: tuple[type, ...] = (int, float) if want is float else (want,)
+            if not isinstance(value, accepted) or isinstance(value, bool):
+                return f"{key}={value!r} must be a {want.__name__}"
+            if isinstance(value, int | float) and value < 0:
+                return f"{key}={value!r} must be ≥ 0"
+        return None
+
+
+CHECKS: dict[str, CheckDef] = {}
+
+
+def check(summary: str, params: dict[str, type] | None = None, needs_reference: bool = False) -> Callable[
+    [Callable[[History, CheckContext], Verdict]], Callable[[History, CheckContext], Verdict]
+]:
+    """Register a check function under its own name."""
+
+    def register(fn: Callable[[History, CheckContext], Verdict]) -> Callable[[History, CheckContext], Verdict]:
+        CHECKS[fn.__name__] = CheckDef(fn.__name__, fn, summary, params or {}, needs_reference)
+        return fn
+
+    return register
+
+
+def run_check(name: str, history: History, ctx: CheckContext) -> Verdict:
+    """Run one check; an exception inside it becomes an ``unknown`` verdict with the traceback's tail."""
+    try:
+        return CHECKS[name].fn(history, ctx)
+    except Exception as exc:  # a check that raises yields unknown, never a pass
+        tail = traceback.format_exc(limit=-2).strip().splitlines()[-1]
+        return Verdict(name, "unknown", f"the check raised {type(exc).__name__}: {exc} ({tail})")
+
+
+def short(digest: str | None) -> str:
+    return (digest or "?")[:8]

@@ -1,0 +1,117 @@
+"""Did the run finish, and did every scheduled fault fire? (Kept apart from how the job behaved.)"""
+
+from __future__ import annotations
+
+from chaos.checks.base import CheckContext, Verdict, check
+from chaos.history import Event, History
+
+# Known failure signatures in a worker's last error → what it means and the fix.
+KNOWN_ERRORS = {
+    "connectFullMesh": (
+        "restarted gloo workers could not connect to their peers — on torch 2.x, workers that reuse the "
+        "rendezvous TCP store connect to a dead rank's old port after a restart (pytorch/pytorch#135712); "
+        "set backend.share_rdzv_tcp_store: false (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)"
+    ),
+}
+
+
+def _last_errors(history: History, limit: int = 2) -> list[str]:
+    errors = [e for e in history.probe("exit") if e.get("status") == "error"]
+    out = []
+    for e in errors[-limit:]:
+        out.append(f"rank {e['rank']} (restart {e.get('restart')}) failed at step {e.get('last_step')}: "
+                   f"{str(e.get('error', '?'))[:160]}")
+    return out
+
+
+def _hints(history: History) -> list[str]:
+    text = " ".join(str(e.get("error", "")) for e in history.probe("exit", "checkpoint_load_failed"))
+    return [hint for key, hint in KNOWN_ERRORS.items() if key in text]
+
+
+def _stalled_incarnations(history: History) -> list[str]:
+    """Worker processes that started after a fault and never completed a step."""
+    faults = history.faults()
+    if not faults:
+        return []
+    t = faults[-1]["t"]
+    out = []
+    for rank, starts in sorted(history.processes_started_after(t).items()):
+        last = starts[-1]
+        if not history.of_pid(last["pid"], "step", "exit"):
+            out.append(f"rank {rank} (restart {last.get('restart')})")
+    if not out:
+        return []
+    text = (f"the workers restarted after the fault ({', '.join(out)}) never completed a step: "
+            f"stuck before their first collective")
+    start = history.first("run_start")
+    if start and (start.get("backend") or {}).get("share_rdzv_tcp_store"):
+        text += ("; this run shares the rendezvous TCP store with the workers, and restarted gloo workers can hang "
+                 "connecting to a dead rank's old port (pytorch/pytorch#135712): set "
+                 "backend.share_rdzv_tcp_store: false")
+    return [text]
+
+
+def _progress(history: History) -> str:
+    last: dict[int, int] = {}
+    for e in history.probe("step"):
+        last[e["rank"]] = e["step"]
+    if not last:
+        return "no rank completed a step"
+    return "last step " + ", ".join(f"rank {r}: {s}" for r, s in sorted(last.items()))
+
+
+@check("the job ran to its last step and every agent exited 0 within the deadline")
+def completes(history: History, ctx: CheckContext) -> Verdict:
+    name = "completes"
+    examples: list[Event] = []
+    interrupted = history.first("interrupted")
+    if interrupted is not None:
+        return Verdict(name, "failed", f"the run was interrupted ({interrupted.get('signal', 'signal')}) "
+                       f"before the job finished; {_progress(history)}", events=[interrupted])
+    deadline = history.first("deadline_exceeded")
+    if deadline is not None:
+        parts = [f"the job was still running at the {deadline.get('deadline_s', '?')} s deadline and was stopped "
+                 f"(a hang); {_progress(history)}"]
+        stuck = deadline.get("stuck_ranks")
+        if stuck:
+            parts.append(f"stuck ranks: {stuck}")
+        parts += _stalled_incarnations(history) + _last_errors(history) + _hints(history)
+        return Verdict(name, "failed", "; ".join(dict.fromkeys(parts)), events=[deadline])
+    exits = history.of("agent_exit")
+    bad = [e for e in exits if e.get("exit_code") != 0]
+    if bad:
+        codes = ", ".join(f"node {e['node']} exited {e['exit_code']}" for e in bad)
+        parts = [f"torchrun agent failed: {codes}; {_progress(history)}"] + _last_errors(history) + _hints(history)
+        return Verdict(name, "failed", "; ".join(parts), events=bad[:3])
+    finals = [e for e in history.probe("exit") if e.get("status") == "ok"]
+    last_steps = {e["rank"]: e.get("last_step") for e in finals}
+    short = {r: s for r, s in last_steps.items() if s != ctx.steps}
+    if not finals or len(last_steps) < ctx.world_size or short:
+        missing = sorted(set(range(ctx.world_size)) - set(last_steps))
+        examples = finals[:3]
+        what = (f"ranks {missing} never exited cleanly" if missing else
+                f"ranks ended short of step {ctx.steps}: {short}")
+        return Verdict(name, "failed", f"agents exited 0 but {what}; {_progress(history)}", events=examples)
+    acc = [e.get("accuracy") for e in history.probe("eval")]
+    tail = f"; final test accuracy {acc[-1]:.4f}" if acc and acc[-1] is not None else ""
+    return Verdict(name, "ok", f"{len(exits)} agent(s) exited 0; ranks {sorted(last_steps)} finished step "
+                   f"{ctx.steps}{tail}", events=exits[:2])
+
+
+@check("every scheduled fault fired (a run that could not fire one says so)")
+def faults_fired(history: History, ctx: CheckContext) -> Verdict:
+    name = "faults_fired"
+    start = history.first("run_start")
+    planned = start.get("schedule", []) if start else []
+    fired = {e.get("fault_id") for e in history.faults()}
+    missed = [p for p in planned if p["id"] not in fired]
+    if not planned:
+        return Verdict(name, "ok", "the schedule is empty")
+    if missed:
+        reasons = {e.get("fault_id"): e.get("reason", "") for e in history.of("fault_not_fired")}
+        text = "; ".join(f"{p['id']} ({p['description']}) never fired" +
+                         (f": {reasons[p['id']]}" if reasons.get(p["id"]) else "") for p in missed)
+        return Verdict(name, "failed", text, events=history.of("fault_not_fired")[:3])
+    return Verdict(name, "ok", f"{len(planned)}/{len(planned)} scheduled fault(s) fired: " +
+                   "; ".join(f"{e.get('description')}" for e in history.faults()), events=history.faults()[:3])

@@ -1,0 +1,58 @@
+"""Bitwise equivalence to a fault-free reference run — the strongest check a deterministic target allows."""
+
+from __future__ import annotations
+
+from chaos.checks.base import CheckContext, Verdict, check, short
+from chaos.history import History
+
+
+def final_digests(history: History) -> dict[int, str]:
+    """rank → parameter digest of the last ``final`` event of that rank."""
+    out: dict[int, str] = {}
+    for e in history.probe("final"):
+        if e.get("digest"):
+            out[e["rank"]] = e["digest"]
+    return out
+
+
+def step_digests(history: History, rank: int = 0) -> dict[int, str]:
+    """step → parameter digest after that step on ``rank`` (the last time the step was run)."""
+    out: dict[int, str] = {}
+    for e in history.probe("step"):
+        if e["rank"] == rank and e.get("digest"):
+            out[e["step"]] = e["digest"]
+    return out
+
+
+@check("final parameters are bitwise equal to a fault-free run of the same target, seed and world size",
+       needs_reference=True)
+def equivalent_to_reference(history: History, ctx: CheckContext) -> Verdict:
+    name = "equivalent_to_reference"
+    ref = ctx.reference
+    if ref is None:
+        return Verdict(name, "unknown", "no reference run is available (run without --no-reference)")
+    if ref.world_size != ctx.world_size:
+        return Verdict(name, "unknown", f"the reference ran at world size {ref.world_size}, this run at {ctx.world_size}")
+    mine = final_digests(history)
+    if not mine:
+        return Verdict(name, "failed", "the job recorded no final parameters (it did not finish)")
+    differ = {r: d for r, d in mine.items() if ref.final_digests.get(r) != d}
+    missing = sorted(set(ref.final_digests) - set(mine))
+    if not differ and not missing:
+        d = next(iter(mine.values()))
+        return Verdict(name, "ok", f"final parameters of ranks {sorted(mine)} equal the reference bitwise "
+                       f"(digest {short(d)})")
+    parts = []
+    if differ:
+        parts.append("final parameters differ from the reference on ranks " +
+                     ", ".join(f"{r} ({short(d)} vs {short(ref.final_digests.get(r))})" for r, d in sorted(differ.items())))
+    if missing:
+        parts.append(f"ranks {missing} recorded no final parameters")
+    steps = step_digests(history)
+    first = next((s for s in sorted(steps) if s in ref.step_digests and steps[s] != ref.step_digests[s]), None)
+    if first is not None:
+        loads = [e for e in history.probe("checkpoint_loaded") if e["rank"] == 0]
+        after = [e["step"] for e in loads if e["step"] < first]
+        where = f", {first - after[-1]} step(s) after the restore from step {after[-1]}" if after else ""
+        parts.append(f"rank 0 first diverged at step {first}{where}")
+    return Verdict(name, "failed", "; ".join(parts))

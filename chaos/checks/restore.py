@@ -1,0 +1,163 @@
+"""Checks on what the job did after a process was killed: restore, lost progress, recovery time."""
+
+from __future__ import annotations
+
+import os
+
+from chaos.checks.base import CheckContext, Verdict, check, short
+from chaos.checks.restores import Restore, recovered_at, restores
+from chaos.history import History
+
+
+def _ckpt(path: str | None) -> str:
+    return os.path.basename(path) if path else "?"
+
+
+def _rank_problems(r: Restore) -> tuple[list[str], list[dict]]:
+    problems: list[str] = []
+    examples: list[dict] = []
+    expected = r.durable
+    for rank, rec in sorted(r.ranks.items()):
+        who = f"rank {rank} (restart {rec.start.get('restart', '?')}, pid {rec.start['pid']})"
+        if rec.load_failed is not None:
+            path = rec.load_failed["path"]
+            torn = r.torn.get(path)
+            why = (f" — a torn checkpoint: its save began {rec.load_failed['t'] - torn['t']:.1f}s earlier, "
+                   f"at step {torn.get('step')}, and never completed before the fault") if torn else ""
+            problems.append(f"{who} failed to load {path}: {rec.load_failed.get('error', '?')[:200]}{why}")
+            examples.append(rec.load_failed)
+            continue
+        if rec.loaded is None:
+            if rec.load_begin is not None:
+                problems.append(f"{who} began loading {rec.load_begin['path']} and never finished")
+                examples.append(rec.load_begin)
+            elif expected is not None:
+                first = rec.first_step["step"] if rec.first_step else None
+                problems.append(
+                    f"{who} loaded no checkpoint although {_ckpt(expected['path'])} (step {expected['step']}) "
+                    f"was durable; it started over" + (f" at step {first}" if first is not None else "")
+                )
+                examples.append(rec.start)
+            elif rec.first_step is not None and rec.first_step["step"] != 1:
+                problems.append(f"{who} had no checkpoint to load but began at step {rec.first_step['step']}")
+                examples.append(rec.first_step)
+            continue
+        loaded = rec.loaded
+        path = loaded["path"]
+        if path in r.torn:
+            problems.append(
+                f"{who} loaded {path}, a torn checkpoint: its save at step {r.torn[path].get('step')} began "
+                f"but never completed before the fault"
+            )
+            examples.append(loaded)
+        elif expected is None:
+            problems.append(f"{who} loaded {path} (step {loaded['step']}) but no checkpoint was durable before the fault")
+            examples.append(loaded)
+        elif loaded["step"] != expected["step"]:
+            problems.append(
+                f"{who} loaded step {loaded['step']} from {_ckpt(path)}, but the newest durable checkpoint was "
+                f"step {expected['step']} ({_ckpt(expected['path'])})"
+            )
+            examples.append(loaded)
+        elif r.saved_digests.get(path) not in (None, loaded.get("digest")):
+            problems.append(
+                f"{who} loaded {_ckpt(path)} with digest {short(loaded.get('digest'))}, but it was saved with "
+                f"digest {short(r.saved_digests[path])}: the file changed after its save"
+            )
+            examples.append(loaded)
+        if rec.first_step is not None and rec.first_step["step"] != loaded["step"] + 1:
+            problems.append(
+                f"{who} loaded step {loaded['step']} but its first step was {rec.first_step['step']}, "
+                f"not {loaded['step'] + 1}"
+            )
+            examples.append(rec.first_step)
+    return problems, examples
+
+
+@check("after each kill, the next incarnation loaded the newest durable checkpoint (digest verified) "
+       "and resumed at the step after it")
+def restored_from_checkpoint(history: History, ctx: CheckContext) -> Verdict:
+    name = "restored_from_checkpoint"
+    rs = restores(history)
+    if not rs:
+        return Verdict(name, "unknown", "no fault killed a process in this run, so there was nothing to restore")
+    problems: list[str] = []
+    examples: list[dict] = []
+    oks: list[str] = []
+    for r in rs:
+        if not r.ranks:
+            problems.append(f"after {r.label()} no worker process started again: the job was not restarted")
+            examples.append(r.fault)
+            continue
+        ps, ex = _rank_problems(r)
+        if ps:
+            problems.extend(f"after {r.label()}: {p}" for p in ps)
+            examples.extend(ex)
+            continue
+        if r.durable is None:
+            oks.append(f"after {r.label()} no checkpoint was durable yet; ranks {sorted(r.ranks)} started from step 1")
+        else:
+            d = r.durable
+            oks.append(
+                f"after {r.label()} ranks {sorted(r.ranks)} loaded {_ckpt(d['path'])} (step {d['step']}, digest "
+                f"{short(d['digest'])} = as saved) and resumed at step {d['step'] + 1}"
+            )
+    if problems:
+        return Verdict(name, "failed", "; ".join(problems), events=examples[:5])
+    return Verdict(name, "ok", "; ".join(oks), events=[r.fault for r in rs][:5])
+
+
+@check("steps redone after each restore are at most the checkpoint interval",
+       params={"max_steps": int})
+def progress_lost(history: History, ctx: CheckContext) -> Verdict:
+    name = "progress_lost"
+    bound = ctx.params.get("max_steps", ctx.checkpoint_every)
+    rs = restores(history)
+    if not rs:
+        return Verdict(name, "unknown", "no fault killed a process in this run, so no progress could be lost")
+    if bound is None:
+        return Verdict(name, "unknown", "no bound: set target.checkpoint_every or `progress_lost: {max_steps: N}`")
+    worst = 0
+    parts: list[str] = []
+    failed = False
+    for r in rs:
+        if not r.ranks:
+            return Verdict(name, "unknown", f"after {r.label()} the job never restarted, so nothing was redone",
+                           events=[r.fault])
+        loaded = [rec.loaded["step"] for rec in r.ranks.values() if rec.loaded is not None]
+        resumed = min(loaded) if loaded else 0
+        if any(rec.loaded is None and rec.first_step is None for rec in r.ranks.values()):
+            return Verdict(name, "unknown", f"after {r.label()} the restarted ranks never completed a step",
+                           events=[r.fault])
+        lost = (r.last_step_before or 0) - resumed
+        worst = max(worst, lost)
+        failed |= lost > bound
+        parts.append(f"{r.label()}: last step {r.last_step_before}, resumed from step {resumed}, "
+                     f"{lost} step(s) redone")
+    status = "failed" if failed else "ok"
+    return Verdict(name, status, f"{'; '.join(parts)} (bound {bound})", value=float(worst), unit="steps",
+                   events=[r.fault for r in rs][:5])
+
+
+@check("seconds from each kill to the first step every restarted rank completed (reported; "
+       "fails past max_s if given)", params={"max_s": float})
+def recovery_time(history: History, ctx: CheckContext) -> Verdict:
+    name = "recovery_time"
+    rs = restores(history)
+    if not rs:
+        return Verdict(name, "unknown", "no fault killed a process in this run, so there was no recovery to time")
+    bound = ctx.params.get("max_s")
+    times: list[float] = []
+    parts: list[str] = []
+    for r in rs:
+        t = recovered_at(history, r)
+        if t is None:
+            return Verdict(name, "failed", f"after {r.label()} the job never completed another step",
+                           events=[r.fault])
+        times.append(t - r.fault["t"])
+        parts.append(f"{r.label()}: recovered in {times[-1]:.2f} s")
+    worst = max(times)
+    failed = bound is not None and worst > float(bound)
+    tail = f" (bound {float(bound):g} s)" if bound is not None else ""
+    return Verdict(name, "failed" if failed else "ok", "; ".join(parts) + tail, value=round(worst, 3), unit="s",
+                   events=[r.fault for r in rs][:5])

@@ -1,0 +1,102 @@
+"""Analysis shared by the restore checks: what happened after each process-killing fault."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from chaos.history import Event, History
+
+KILLING_FAULTS = ("kill",)
+
+
+@dataclass
+class RankRecovery:
+    """The first worker process of one rank started after a fault."""
+
+    rank: int
+    start: Event
+    load_begin: Event | None = None
+    loaded: Event | None = None
+    load_failed: Event | None = None
+    first_step: Event | None = None
+    exit: Event | None = None
+
+
+@dataclass
+class Restore:
+    """One killing fault and what followed it, up to the next killing fault."""
+
+    fault: Event
+    last_step_before: int | None
+    durable: Event | None  # newest checkpoint_saved before the fault
+    saved_digests: dict[str, str]  # path → digest of saves reported before the fault
+    torn: dict[str, Event]  # path → checkpoint_save_begin not followed by checkpoint_saved before the fault
+    ranks: dict[int, RankRecovery] = field(default_factory=dict)
+
+    @property
+    def step(self) -> int | None:
+        return self.fault.get("step", self.last_step_before)
+
+    def label(self) -> str:
+        text = str(self.fault.get("description", self.fault.get("fault")))
+        if self.fault.get("step") is None:
+            text += f" (fired at t+{self.fault.get('t_rel_s', 0):.1f}s, after step {self.last_step_before})"
+        return text
+
+
+def restores(history: History) -> list[Restore]:
+    """One :class:`Restore` per killing fault, in time order."""
+    kills = [e for e in history.faults() if e.get("fault") in KILLING_FAULTS]
+    out: list[Restore] = []
+    for i, fault in enumerate(kills):
+        tk = fault["t"]
+        until = kills[i + 1]["t"] if i + 1 < len(kills) else None
+        steps_before = [e["step"] for e in history.probe("step") if e["t"] < tk]
+        saved = [e for e in history.probe("checkpoint_saved") if e["t"] < tk]
+        saved_paths = {e["path"] for e in saved}
+        torn = {
+            e["path"]: e for e in history.probe("checkpoint_save_begin")
+            if e["t"] < tk and e["path"] not in saved_paths
+        }
+        r = Restore(
+            fault=fault,
+            last_step_before=max(steps_before) if steps_before else None,
+            durable=max(saved, key=lambda e: (e["step"], e["t"])) if saved else None,
+            saved_digests={e["path"]: e["digest"] for e in saved},
+            torn=torn,
+        )
+        for rank, starts in sorted(history.processes_started_after(tk, until).items()):
+            start = starts[0]
+            rec = RankRecovery(rank=rank, start=start)
+            for e in history.of_pid(start["pid"]):
+                kind = e["kind"]
+                if kind == "checkpoint_load_begin" and rec.load_begin is None:
+                    rec.load_begin = e
+                elif kind == "checkpoint_loaded" and rec.loaded is None:
+                    rec.loaded = e
+                elif kind == "checkpoint_load_failed" and rec.load_failed is None:
+                    rec.load_failed = e
+                elif kind == "step" and rec.first_step is None:
+                    rec.first_step = e
+                elif kind == "exit":
+                    rec.exit = e
+            r.ranks[rank] = rec
+        out.append(r)
+    return out
+
+
+def recovered_at(history: History, restore: Restore) -> float | None:
+    """Time when every rank of the first incarnation after the fault had completed a step, or None."""
+    if not restore.ranks:
+        return None
+    firsts = [rec.first_step["t"] for rec in restore.ranks.values() if rec.first_step is not None]
+    if len(firsts) < len(restore.ranks):
+        # a later incarnation may have recovered instead: first step by any process started after the fault
+        later = [e for e in history.probe("step") if e["t"] > restore.fault["t"]]
+        if not later:
+            return None
+        by_rank: dict[int, float] = {}
+        for e in later:
+            by_rank.setdefault(e["rank"], e["t"])
+        return max(by_rank.values()) if len(by_rank) >= len(restore.ranks) else None
+    return max(firsts)

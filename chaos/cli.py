@@ -1,0 +1,147 @@
+"""The ``chaos`` command: a thin shell over the library.
+
+Exit codes: 0 every check ok · 1 a check failed or could not tell · 2 bad input (scenario,
+arguments, missing capability) · 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from chaos.errors import CapabilityError, ScenarioError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 too; keep its usage line
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="chaos", description="Fault injection for distributed PyTorch training jobs.")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run a scenario and judge it")
+    run.add_argument("scenario", type=Path, help="scenario YAML file")
+    run.add_argument("--runs-dir", type=Path, default=None,
+                     help="where run directories go (default $CHAOS_RUNS_DIR or ./.chaos-runs)")
+    run.add_argument("--no-reference", action="store_true",
+                     help="skip the fault-free reference run (equivalent_to_reference becomes unknown)")
+    run.add_argument("--deadline-s", type=float, default=None, help="override the scenario's deadline_s")
+    run.add_argument("--json", action="store_true", help="print the result as JSON on stdout (no progress)")
+
+    val = sub.add_parser("validate", help="validate scenario files without running them")
+    val.add_argument("scenarios", type=Path, nargs="+")
+    val.add_argument("--json", action="store_true")
+
+    lst = sub.add_parser("list", help="list scenarios, faults, checks and backends")
+    lst.add_argument("--scenarios-dir", type=Path, default=Path("scenarios"))
+    lst.add_argument("--json", action="store_true")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"run": cmd_run, "validate": cmd_validate, "list": cmd_list}[args.command](args)
+    except (ScenarioError, CapabilityError) as exc:
+        if getattr(args, "json", False):
+            problems = exc.problems if isinstance(exc, ScenarioError) else [str(exc)]
+            print(json.dumps({"ok": False, "error": type(exc).__name__, "problems": problems}))
+        else:
+            Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, markup=False)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from chaos.loader import load_scenario
+    from chaos.progress import LiveProgress
+    from chaos.report import print_result
+    from chaos.runner import run_scenario
+
+    scenario = load_scenario(args.scenario)
+    if args.json:
+        result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference, deadline_s=args.deadline_s)
+        print(json.dumps(result.to_json(), indent=1, default=str))
+        return result.exit_code
+    console = Console()
+    console.print(f"[bold]{scenario.name}[/]: {scenario.description or ''}")
+    for entry in scenario.schedule:
+        console.print(f"  schedule: {entry.describe()}")
+    with LiveProgress(console, scenario.target.steps, scenario.world_size) as live:
+        result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference, observer=live,
+                              deadline_s=args.deadline_s)
+    print_result(console, result)
+    return result.exit_code
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from chaos.loader import load_scenario
+
+    report = []
+    for path in args.scenarios:
+        try:
+            s = load_scenario(path)
+            report.append({"file": str(path), "ok": True, "name": s.name, "problems": []})
+        except ScenarioError as exc:
+            report.append({"file": str(path), "ok": False, "problems": exc.problems})
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        console = Console(highlight=False)
+        for r in report:
+            if r["ok"]:
+                console.print(f"[green]ok[/]     {r['file']} ({r['name']})")
+            else:
+                console.print(f"[red]invalid[/] {r['file']}:", markup=True)
+                for p in r["problems"]:
+                    console.print(f"  - {p}", markup=False)
+    return EXIT_OK if all(r["ok"] for r in report) else EXIT_BAD_INPUT
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from chaos.backends import BACKENDS
+    from chaos.checks import CHECKS
+    from chaos.faults import FAULT_DOCS
+    from chaos.loader import load_scenario
+
+    scenarios = []
+    for path in sorted(args.scenarios_dir.glob("*.yaml")) if args.scenarios_dir.is_dir() else []:
+        try:
+            s = load_scenario(path)
+            scenarios.append({"file": str(path), "name": s.name, "description": s.description})
+        except ScenarioError as exc:
+            scenarios.append({"file": str(path), "name": path.stem, "description": f"INVALID: {exc.problems[0]}"})
+    data = {
+        "scenarios": scenarios,
+        "faults": [{"name": k, "description": v} for k, v in FAULT_DOCS.items()],
+        "checks": [{"name": c.name, "description": c.summary} for c in CHECKS.values()],
+        "backends": [{"name": k, "description": v} for k, v in BACKENDS.items()],
+    }
+    if args.json:
+        print(json.dumps(data, indent=1))
+        return EXIT_OK
+    from rich.table import Table
+
+    console = Console()
+    for section, rows in data.items():
+        table = Table(title=section, show_header=False, expand=True)
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column(ratio=1)
+        for row in rows:
+            table.add_row(row.get("file", row["name"]), row["description"])
+        console.print(table)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

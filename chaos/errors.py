@@ -1,0 +1,32 @@
+"""The exceptions chaos raises. Every one derives from :class:`ChaosError`."""
+
+from __future__ import annotations
+
+
+class ChaosError(Exception):
+    """Base class of every error chaos raises on purpose."""
+
+
+class ScenarioError(ChaosError):
+    """A scenario is invalid. ``problems`` lists every problem found, each naming its field.
+
+    Raised before anything starts, so a bad scenario leaves nothing behind. The CLI exits 2.
+    """
+
+    def __init__(self, problems: list[str], source: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        where = f"{source}: " if source else ""
+        head = f"{where}{len(self.problems)} problem(s) in the scenario"
+        super().__init__(head + "\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+class CapabilityError(ChaosError):
+    """The machine lacks something the run needs (a backend, a privilege, a kernel feature).
+
+    ``missing`` names the capability; the message says the fix or the fallback. The CLI exits 2.
+    """
+
+    def __init__(self, missing: str, message: str) -> None:
+        self.missing = missing
+        super().__init__(message)

@@ -1,0 +1,177 @@
+"""The nemesis: fires a scenario's schedule at the moments its triggers name, and heals.
+
+Step triggers are exact: the probe in each worker stops at the named (event, step) and waits at a
+*gate*; the nemesis injects the fault once the ranks it waits for have arrived, and only then opens
+the gate (creates ``control/go-<gate>``). Time triggers fire on the runner's clock, relative to the
+job's launch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.errors import ChaosError
+from chaos.faults import Fault, FaultEnv, build_fault
+from chaos.history import Event, RunnerLog
+from chaos.scenario import Scenario
+
+# A gate reached by some ranks whose fault cannot act (its process is gone) is opened after this long.
+GATE_GIVE_UP_S = 10.0
+
+
+@dataclass
+class Planned:
+    """One schedule entry and its state in this run."""
+
+    index: int
+    fault: Fault
+    spec: Any
+    gate: str | None
+    fired_at: float | None = None
+    healed: bool = False
+    heal_at: float | None = None
+    arrived: set[int] = field(default_factory=set)
+    arrived_at: float | None = None
+    gate_open: bool = False
+    failed: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.fault.id
+
+
+class Nemesis:
+    """Drives the schedule. Call :meth:`observe` with every probe event and :meth:`tick` often."""
+
+    def __init__(self, scenario: Scenario, env: FaultEnv, log: RunnerLog, control_dir: Path) -> None:
+        self.env = env
+        self.log = log
+        self.control_dir = control_dir
+        control_dir.mkdir(parents=True, exist_ok=True)
+        self.planned: list[Planned] = []
+        for i, spec in enumerate(scenario.schedule):
+            gate = f"g{i}" if spec.trigger.at_step is not None else None
+            self.planned.append(Planned(i, build_fault(spec, i), spec, gate))
+        self.t0: float | None = None
+
+    def gates(self) -> list[dict[str, Any]]:
+        """The gates for the probe (``CHAOS_GATES``)."""
+        return [
+            {"id": p.gate, "event": p.spec.trigger.on_event, "step": p.spec.trigger.at_step}
+            for p in self.planned if p.gate is not None
+        ]
+
+    def schedule_summary(self) -> list[dict[str, Any]]:
+        return [{"id": p.id, "fault": p.spec.fault, "description": p.fault.describe()} for p in self.planned]
+
+    def start(self, t0: float) -> None:
+        """The job was launched at ``t0`` (Unix time): the origin of ``at_time_s`` triggers."""
+        self.t0 = t0
+
+    def observe(self, event: Event) -> None:
+        if event.get("kind") != "gate_reached":
+            return
+        for p in self.planned:
+            if p.gate == event.get("gate"):
+                p.arrived.add(event["rank"])
+                if p.arrived_at is None:
+                    p.arrived_at = time.time()
+
+    def _required(self, p: Planned) -> set[int] | None:
+        trig = p.spec.trigger
+        if trig.rank is not None:
+            return {trig.rank}
+        if trig.on_event == "step":
+            return p.fault.ranks(self.env)
+        return None  # any rank that emits the event
+
+    def tick(self) -> list[Event]:
+        """Fire what is due and heal what has run its duration; returns the events recorded."""
+        now = time.time()
+        out: list[Event] = []
+        for p in self.planned:
+            if p.fired_at is None and p.failed is None:
+                if p.gate is not None:
+                    if not p.arrived:
+                        continue
+                    need = self._required(p)
+                    if need is not None and not need <= p.arrived:
+                        if now - (p.arrived_at or now) < GATE_GIVE_UP_S:
+                            continue
+                    if not p.fault.ready(self.env):
+                        if now - (p.arrived_at or now) < GATE_GIVE_UP_S:
+                            continue
+                        p.failed = f"its target ({p.spec.select.describe()}) had no live process at the gate"
+                        out.append(self.log.record("fault_not_fired", fault_id=p.id, description=p.fault.describe(),
+                                                   reason=p.failed))
+                        self._open(p)
+                        continue
+                    out.append(self._fire(p, step=p.spec.trigger.at_step))
+                    self._open(p)
+                else:
+                    assert self.t0 is not None
+                    if now - self.t0 >= p.spec.trigger.at_time_s and p.fault.ready(self.env):
+                        out.append(self._fire(p, step=None))
+            elif p.heal_at is not None and not p.healed and now >= p.heal_at:
+                out.extend(self._heal(p))
+        return out
+
+    def _fire(self, p: Planned, step: int | None) -> Event:
+        p.fired_at = time.time()
+        t_rel = p.fired_at - (self.t0 or p.fired_at)
+        base = {"fault_id": p.id, "fault": p.spec.fault, "description": p.fault.describe(),
+                "trigger": p.spec.trigger.model_dump(exclude_none=True), "t_rel_s": round(t_rel, 3)}
+        if step is not None:
+            base["step"] = step
+            base["ranks_at_gate"] = sorted(p.arrived)
+        try:
+            details = p.fault.inject(self.env)
+        except ChaosError as exc:
+            p.failed = str(exc)
+            return self.log.record("fault_not_fired", **base, reason=str(exc))
+        if p.fault.instant:
+            p.healed = True
+        return self.log.record("fault_inject", **base, **details)
+
+    def _heal(self, p: Planned) -> list[Event]:
+        p.healed = True
+        done = p.fault.heal(self.env)
+        return [self.log.record("fault_heal", fault_id=p.id, description=p.fault.describe(), **(done or {}))]
+
+    def _open(self, p: Planned) -> None:
+        if p.gate is not None and not p.gate_open:
+            (self.control_dir / f"go-{p.gate}").touch()
+            p.gate_open = True
+
+    def heal_before(self) -> None:
+        """Heal every fault before the run starts (heal is idempotent: this undoes leftovers)."""
+        for p in self.planned:
+            p.fault.heal(self.env)
+
+    def heal_all(self) -> None:
+        """Heal every fault (idempotent) and open every gate, so nothing stays perturbed or blocked."""
+        for p in self.planned:
+            if not p.healed:
+                try:
+                    if p.fired_at is not None:
+                        self._heal(p)
+                    else:
+                        p.fault.heal(self.env)
+                except Exception as exc:  # healing must go on for the others
+                    self.log.record("fault_heal_failed", fault_id=p.id, error=str(exc))
+            self._open(p)
+
+    def finish(self, reached_step: int | None) -> None:
+        """Record ``fault_not_fired`` for every fault that never fired."""
+        for p in self.planned:
+            if p.fired_at is None and p.failed is None:
+                trig = p.spec.trigger
+                if trig.at_step is not None:
+                    reason = (f"the job never emitted {trig.on_event} at step {trig.at_step} "
+                              f"(last step seen: {reached_step})")
+                else:
+                    reason = f"the job ended before t={trig.at_time_s:g}s or its target never existed"
+                self.log.record("fault_not_fired", fault_id=p.id, description=p.fault.describe(), reason=reason)

@@ -1,0 +1,208 @@
+"""The probe: the small module a target imports to tell chaos what it is doing.
+
+Imports only the standard library and torch, so it is cheap to load inside every worker and works in
+a user's training image. Outside a chaos run (no ``CHAOS_RUN_DIR`` in the environment) every call is
+a no-op, so an instrumented target still runs under plain ``torchrun``.
+
+Usage in a training loop::
+
+    from chaos import probe
+    p = probe.get()                       # reads RANK, WORLD_SIZE, ... from torchrun's environment
+    for step in range(start + 1, steps + 1):
+        loss = train_one_step(...)
+        p.step(step, loss=loss.item(), params=model.parameters())   # may pause at a trigger
+    p.exit()
+
+Events are appended, one JSON object per line, to
+``$CHAOS_RUN_DIR/events/node{N}-rank{R}-restart{K}-pid{P}.jsonl``. Each event has ``t`` (Unix time,
+seconds), ``kind``, ``node``, ``rank``, ``local_rank``, ``world_size``, ``restart``, ``pid``, ``seq``
+and the event's own fields.
+
+**Step-accurate triggers.** ``$CHAOS_GATES`` holds a JSON list of gates
+``{"id": str, "event": str, "step": int}``. When this process emits an event of that kind at that
+step, it records ``gate_reached`` and blocks until the runner creates ``$CHAOS_RUN_DIR/control/go-<id>``
+(the runner injects the fault first, so it lands at exactly that point). A gate whose go-file already
+exists is passed through, so a restarted incarnation does not stop twice.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["Probe", "get", "param_digest", "bytes_digest"]
+
+GATE_POLL_S = 0.002
+
+
+def bytes_digest(data: bytes) -> str:
+    """SHA-256 hex digest of ``data`` (used for checkpoint files)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def param_digest(params: Iterable[Any]) -> str:
+    """Bitwise digest of tensors (e.g. ``model.parameters()``), as a 16-hex-digit string.
+
+    Two digests are equal iff, with overwhelming probability, every element of every tensor is
+    bitwise equal, in the same order and shapes. Costs one BLAKE2b pass over the tensors' bytes.
+    """
+    import torch
+
+    h = hashlib.blake2b(digest_size=8)
+    for p in params:
+        t = p.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        h.update(t.contiguous().view(-1).view(torch.uint8).numpy().data)
+    return h.hexdigest()
+
+
+class Probe:
+    """Per-process event writer and gate keeper. Get the process's instance with :func:`get`."""
+
+    def __init__(self, environ: dict[str, str] | None = None) -> None:
+        env = os.environ if environ is None else environ
+        run_dir = env.get("CHAOS_RUN_DIR")
+        self.enabled = bool(run_dir)
+        self.run_dir = run_dir or ""
+        self.rank = int(env.get("RANK", "0"))
+        self.local_rank = int(env.get("LOCAL_RANK", "0"))
+        self.world_size = int(env.get("WORLD_SIZE", "1"))
+        self.node = int(env.get("GROUP_RANK", env.get("CHAOS_NODE", "0")))
+        self.restart = int(env.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        self.pid = os.getpid()
+        self._seq = 0
+        self._exited = False
+        self._last_step: int | None = None
+        self._gates: dict[tuple[str, int], str] = {}
+        self._file = None
+        if not self.enabled:
+            return
+        for gate in json.loads(env.get("CHAOS_GATES", "[]")):
+            self._gates[(gate["event"], int(gate["step"]))] = gate["id"]
+        events_dir = os.path.join(self.run_dir, "events")
+        os.makedirs(events_dir, exist_ok=True)
+        name = f"node{self.node}-rank{self.rank}-restart{self.restart}-pid{self.pid}.jsonl"
+        self._file = open(os.path.join(events_dir, name), "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        self.emit(
+            "start",
+            local_rank=self.local_rank,
+            world_size=self.world_size,
+            restart=self.restart,
+            pid=self.pid,
+            argv=sys.argv,
+        )
+        atexit.register(self._atexit)
+        self._prev_excepthook = sys.excepthook
+        sys.excepthook = self._excepthook
+
+    # -- events -------------------------------------------------------------------------------
+    def emit(self, kind: str, step: int | None = None, **fields: Any) -> None:
+        """Append one event; then, if a gate names (kind, step), wait at it for the runner."""
+        if not self.enabled or self._file is None:
+            return
+        self._seq += 1
+        record: dict[str, Any] = {
+            "t": time.time(),
+            "kind": kind,
+            "node": self.node,
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "world_size": self.world_size,
+            "restart": self.restart,
+            "pid": self.pid,
+            "seq": self._seq,
+        }
+        if step is not None:
+            record["step"] = step
+        record.update(fields)
+        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        if step is not None and self._gates:
+            gate = self._gates.get((kind, step))
+            if gate is not None:
+                self._wait_at_gate(gate, kind, step)
+
+    def _wait_at_gate(self, gate: str, kind: str, step: int) -> None:
+        go = os.path.join(self.run_dir, "control", f"go-{gate}")
+        if os.path.exists(go):
+            return
+        self.emit("gate_reached", gate=gate, event=kind, gate_step=step)
+        while not os.path.exists(go):
+            time.sleep(GATE_POLL_S)
+        self.emit("gate_passed", gate=gate)
+
+    def step(
+        self,
+        step: int,
+        loss: float | None = None,
+        params: Iterable[Any] | None = None,
+        **fields: Any,
+    ) -> None:
+        """Record that training step ``step`` (1-based, counted globally) completed.
+
+        ``loss`` is the step's loss; ``params`` (e.g. ``model.parameters()``) adds a bitwise
+        parameter ``digest``. A gate at this step blocks here, after the step's update.
+        """
+        if not self.enabled:
+            return
+        self._last_step = step
+        if params is not None:
+            fields["digest"] = param_digest(params)
+        self.emit("step", step=step, loss=loss, **fields)
+
+    def checkpoint_save_begin(self, step: int, path: str, **fields: Any) -> None:
+        """A save of the state after ``step`` to ``path`` has begun."""
+        self.emit("checkpoint_save_begin", step=step, path=path, **fields)
+
+    def checkpoint_write(self, step: int, path: str, bytes_written: int, **fields: Any) -> None:
+        """Part of a checkpoint's bytes are on their way to ``path`` (a trigger point mid-save)."""
+        self.emit("checkpoint_write", step=step, path=path, bytes_written=bytes_written, **fields)
+
+    def checkpoint_saved(self, step: int, path: str, digest: str, **fields: Any) -> None:
+        """The checkpoint of ``step`` is durable at ``path``; ``digest`` is its file's SHA-256."""
+        self.emit("checkpoint_saved", step=step, path=path, digest=digest, **fields)
+
+    def checkpoint_load_begin(self, path: str, **fields: Any) -> None:
+        """Loading ``path`` has begun."""
+        self.emit("checkpoint_load_begin", path=path, **fields)
+
+    def checkpoint_loaded(self, step: int, path: str, digest: str, **fields: Any) -> None:
+        """The checkpoint of ``step`` was loaded from ``path``; ``digest`` is its file's SHA-256."""
+        self.emit("checkpoint_loaded", step=step, path=path, digest=digest, **fields)
+
+    def checkpoint_load_failed(self, path: str, error: str, **fields: Any) -> None:
+        """Loading ``path`` raised ``error``."""
+        self.emit("checkpoint_load_failed", path=path, error=error, **fields)
+
+    def exit(self, status: str = "ok", **fields: Any) -> None:
+        """Record the process's end (``status`` ``ok`` or ``error``). Called once; also at exit."""
+        if not self.enabled or self._exited:
+            return
+        self._exited = True
+        self.emit("exit", status=status, last_step=self._last_step, **fields)
+        if self._file is not None:
+            self._file.flush()
+
+    def _atexit(self) -> None:
+        self.exit("ok")
+
+    def _excepthook(self, exc_type: Any, exc: BaseException, tb: Any) -> None:
+        self.exit("error", error=f"{exc_type.__name__}: {exc}"[:2000])
+        self._prev_excepthook(exc_type, exc, tb)
+
+
+_PROBE: Probe | None = None
+
+
+def get() -> Probe:
+    """The probe of this process (created on first call from the environment)."""
+    global _PROBE
+    if _PROBE is None:
+        _PROBE = Probe()
+    return _PROBE

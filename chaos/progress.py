@@ -1,0 +1,89 @@
+"""Live progress of a run in the terminal: steps per rank, and faults, restarts and restores as they happen."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from chaos.history import Event
+
+
+class LiveProgress:
+    """An observer for :func:`chaos.runner.run_scenario` that draws one bar per rank.
+
+    Use as a context manager; call the instance with each event.
+    """
+
+    def __init__(self, console: Console, steps: int, world_size: int) -> None:
+        self.console = console
+        self.steps = steps
+        self.world_size = world_size
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+            TimeElapsedColumn(), console=console, transient=False,
+        )
+        self.tasks: dict[int, Any] = {}
+        self.t0: float | None = None
+        self.in_reference = False
+
+    def __enter__(self) -> LiveProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def _say(self, t: float, text: str) -> None:
+        rel = f"{t - self.t0:6.2f}s" if self.t0 is not None else "       "
+        self.progress.console.print(f"[dim]{rel}[/] {text}")
+
+    def _task(self, rank: int) -> Any:
+        if rank not in self.tasks:
+            self.tasks[rank] = self.progress.add_task(f"rank {rank}", total=self.steps)
+        return self.tasks[rank]
+
+    def __call__(self, e: Event) -> None:
+        kind = e["kind"]
+        if kind == "reference_begin":
+            self.in_reference = True
+            self._say(e["t"], "reference: fault-free run of the same job (cached after the first time) …")
+            return
+        if kind == "reference_end":
+            self.in_reference = False
+            self._say(e["t"], f"reference: {e.get('note')}")
+            return
+        if self.in_reference:
+            return
+        if kind == "run_start":
+            self.t0 = e["t"]
+            self._say(e["t"], f"run [bold]{e['run_id']}[/]: {e['world_size']} ranks, {e['steps']} steps, "
+                      f"{len(e.get('schedule', []))} fault(s) scheduled")
+            for rank in range(self.world_size):
+                self._task(rank)
+        elif kind == "agent_start":
+            self._say(e["t"], f"torchrun agent of node {e['node']} started (pid {e['pid']})")
+        elif kind == "start" and e.get("restart", 0) > 0:
+            self.progress.update(self._task(e["rank"]), description=f"rank {e['rank']} [yellow](restart {e['restart']})[/]")
+            if e["rank"] == 0:
+                self._say(e["t"], f"workers restarted (restart {e['restart']})")
+        elif kind == "step":
+            self.progress.update(self._task(e["rank"]), completed=e["step"])
+        elif kind == "checkpoint_loaded" and e.get("rank") == 0:
+            self._say(e["t"], f"restored {os.path.basename(e['path'])} (step {e['step']})")
+        elif kind == "checkpoint_load_failed" and e.get("rank") == 0:
+            self._say(e["t"], f"[red]failed to load {os.path.basename(e['path'])}[/]: {str(e.get('error'))[:100]}")
+        elif kind == "fault_inject":
+            self._say(e["t"], f"[bold red]fault[/] {e['description']}: pids {e.get('pids')}")
+        elif kind == "fault_heal":
+            self._say(e["t"], f"[green]healed[/] {e['description']}")
+        elif kind == "fault_not_fired":
+            self._say(e["t"], f"[yellow]fault did not fire[/]: {e['description']}: {e.get('reason')}")
+        elif kind == "deadline_exceeded":
+            self._say(e["t"], f"[bold red]deadline of {e['deadline_s']:g} s exceeded[/]; stopping the job")
+        elif kind == "interrupted":
+            self._say(e["t"], f"[yellow]interrupted by {e.get('signal')}[/]; healing and stopping the job")
+        elif kind == "agent_exit":
+            self._say(e["t"], f"torchrun agent of node {e['node']} exited {e.get('exit_code')}")

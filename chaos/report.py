@@ -1,0 +1,38 @@
+"""Render a run's outcome for people (a rich verdict table) and machines (JSON)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from chaos.runner import RunResult
+
+STYLE = {"ok": "bold green", "failed": "bold red", "unknown": "bold yellow"}
+
+
+def verdict_table(result: RunResult) -> Table:
+    """One row per check: verdict, measured value, explanation."""
+    table = Table(title=f"verdicts — {result.scenario.name}", show_lines=True, expand=True)
+    table.add_column("check", style="bold", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("explanation", ratio=1)
+    for v in result.verdicts:
+        value = "" if v.value is None else f"{v.value:g} {v.unit or ''}".strip()
+        table.add_row(v.check, Text(v.status.upper(), style=STYLE[v.status]), value, v.explanation)
+    return table
+
+
+def print_result(console: Console, result: RunResult) -> None:
+    """The verdict table, then where the run's files are and how to replay it."""
+    console.print(verdict_table(result))
+    status = {"completed": "[green]completed[/]", "deadline": "[red]stopped at the deadline[/]",
+              "interrupted": "[yellow]interrupted[/]"}.get(result.status, result.status)
+    ok = sum(v.ok for v in result.verdicts)
+    console.print(f"run {status} in {result.wall_time_s:.1f} s; {ok}/{len(result.verdicts)} checks ok; "
+                  f"{result.reference_note}")
+    console.print(f"run directory: {result.run_dir}")
+    console.print(f"journal:       {result.journal_path}")
+    if not result.ok:
+        console.print(f"replay:        {result.replay_command()}")

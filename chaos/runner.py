@@ -1,0 +1,318 @@
+"""The runner: one execution of a scenario, from launch to verdicts.
+
+Data flows one way: scenario → backend starts nodes → probe events and faults → history (journal)
+→ checks → verdicts. The runner heals first and last, on every exit path (pass, fail, deadline,
+SIGINT, SIGTERM), and a hard deadline turns a hung job into a failed verdict.
+
+Run directory layout (``<runs_dir>/<run_id>/``)::
+
+    scenario.yaml    the validated scenario as run
+    runner.jsonl     the runner's events (agents, faults, deadline, interrupts)
+    events/          one JSONL file per worker process, written by the probe
+    control/         gate go-files (step-accurate triggers)
+    checkpoints/     the target's {checkpoint_dir}
+    logs/            each torchrun agent's output
+    journal.jsonl    the merged history (what checks read; re-checkable later)
+    result.json      verdicts and run status
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from chaos.backends import LaunchSpec, make_backend
+from chaos.checks import ALWAYS, CHECKS, CheckContext, Reference, Verdict, run_check
+from chaos.faults import FaultEnv
+from chaos.history import Event, EventTail, History, RunnerLog, merge_run_dir
+from chaos.nemesis import Nemesis
+from chaos.reference import ReferenceCache
+from chaos.scenario import Scenario
+from chaos.workers import WorkerTable
+
+POLL_S = 0.02
+Observer = Callable[[Event], None]
+
+
+def default_runs_dir() -> Path:
+    """``$CHAOS_RUNS_DIR`` or ``./.chaos-runs``."""
+    return Path(os.environ.get("CHAOS_RUNS_DIR") or ".chaos-runs")
+
+
+@dataclass
+class RunResult:
+    """The outcome of one run. ``status`` is how the run ended (``completed``, ``deadline``,
+    ``interrupted``); whether the job *behaved* is in ``verdicts``."""
+
+    scenario: Scenario
+    run_id: str
+    run_dir: Path
+    status: str
+    verdicts: list[Verdict]
+    wall_time_s: float
+    reference: Reference | None = None
+    reference_note: str = ""
+    events: list[Event] = field(default_factory=list, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """True when every verdict is ``ok`` (``unknown`` is not a pass)."""
+        return all(v.ok for v in self.verdicts)
+
+    @property
+    def interrupted(self) -> bool:
+        return self.status == "interrupted"
+
+    @property
+    def journal_path(self) -> Path:
+        return self.run_dir / "journal.jsonl"
+
+    @property
+    def exit_code(self) -> int:
+        """0 every check ok, 1 a check failed or could not tell, 130 interrupted."""
+        if self.interrupted:
+            return 130
+        return 0 if self.ok else 1
+
+    def verdict(self, check: str) -> Verdict:
+        """The verdict of ``check`` (KeyError if it did not run)."""
+        for v in self.verdicts:
+            if v.check == check:
+                return v
+        raise KeyError(check)
+
+    def failures(self) -> list[Verdict]:
+        return [v for v in self.verdicts if not v.ok]
+
+    def replay_command(self) -> str:
+        src = self.run_dir / "scenario.yaml"
+        return f"chaos run {src}"
+
+    def failure_message(self) -> str:
+        """Each failed or unknown check with its explanation, the journal's path and the replay command."""
+        lines = [f"chaos run {self.run_id} of scenario {self.scenario.name!r}: "
+                 f"{len(self.failures())} of {len(self.verdicts)} check(s) not ok"]
+        for v in self.failures():
+            lines.append(f"  {v.check}: {v.status.upper()} — {v.explanation}")
+        lines.append(f"  journal: {self.journal_path}")
+        lines.append(f"  replay:  {self.replay_command()}")
+        return "\n".join(lines)
+
+    def assert_ok(self) -> None:
+        """Raise AssertionError with :meth:`failure_message` unless every check is ok."""
+        if not self.ok:
+            raise AssertionError(self.failure_message())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "scenario": self.scenario.name,
+            "run_dir": str(self.run_dir),
+            "journal": str(self.journal_path),
+            "status": self.status,
+            "ok": self.ok,
+            "exit_code": self.exit_code,
+            "wall_time_s": round(self.wall_time_s, 3),
+            "reference": self.reference_note,
+            "verdicts": [v.to_json() for v in self.verdicts],
+            "replay": self.replay_command(),
+        }
+
+
+class _Interrupted(BaseException):
+    def __init__(self, signame: str) -> None:
+        self.signame = signame
+
+
+def new_run_id(name: str) -> str:
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def _fill_args(scenario: Scenario, run_dir: Path) -> list[str]:
+    t = scenario.target
+    values = {"checkpoint_dir": str(run_dir / "checkpoints"), "run_dir": str(run_dir), "steps": t.steps,
+              "seed": t.seed, "checkpoint_every": t.checkpoint_every or ""}
+    return [a.format(**values) for a in t.args]
+
+
+def _dump_scenario(scenario: Scenario, path: Path) -> None:
+    data = scenario.model_dump(mode="json", exclude_defaults=False)
+    data["target"]["script"] = str(scenario.script_path)
+    data["checks"] = [{c.name: c.params} if c.params else c.name for c in scenario.checks]
+    path.write_text(f"# run as {scenario.name}; source: {scenario.source}\n" + yaml.safe_dump(data, sort_keys=False))
+
+
+def run_scenario(
+    scenario: Scenario,
+    runs_dir: Path | None = None,
+    *,
+    reference: bool = True,
+    cache: ReferenceCache | None = None,
+    observer: Observer | None = None,
+    deadline_s: float | None = None,
+) -> RunResult:
+    """Run ``scenario`` once and judge it.
+
+    ``reference``: run (or reuse from the cache) a fault-free run of the same job first, if a check
+    needs one. ``observer`` is called with every probe and runner event as it happens (progress
+    display). ``deadline_s`` overrides the scenario's. Never leaves a process of the run behind.
+    Raises :class:`~chaos.errors.ChaosError` only for problems found before anything starts.
+    """
+    runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
+    ref: Reference | None = None
+    note = "no reference needed"
+    if reference and any(CHECKS[c].needs_reference for c in scenario.check_names() if c in CHECKS):
+        cache = cache or ReferenceCache()
+        if observer:
+            observer({"t": time.time(), "kind": "reference_begin", "source": "runner"})
+        ref, note = cache.get_or_run(scenario, lambda s, d: _reference_run(s, d, deadline_s))
+        if observer:
+            observer({"t": time.time(), "kind": "reference_end", "source": "runner", "note": note})
+    elif not reference:
+        note = "reference disabled"
+    return _Run(scenario, runs_dir, observer, deadline_s or scenario.deadline_s).execute(ref, note)
+
+
+def _reference_run(scenario: Scenario, runs_dir: Path, deadline_s: float | None) -> RunResult:
+    result = run_scenario(scenario, runs_dir, reference=False, deadline_s=deadline_s)
+    if result.interrupted:
+        raise KeyboardInterrupt
+    return result
+
+
+class _Run:
+    def __init__(self, scenario: Scenario, runs_dir: Path, observer: Observer | None, deadline_s: float) -> None:
+        self.scenario = scenario
+        self.observer = observer
+        self.deadline_s = deadline_s
+        self.run_id = new_run_id(scenario.name)
+        self.run_dir = (runs_dir / self.run_id).resolve()
+        for sub in ("events", "control", "checkpoints", "logs"):
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        _dump_scenario(scenario, self.run_dir / "scenario.yaml")
+        self.log = RunnerLog(self.run_dir / "runner.jsonl")
+        self.workers = WorkerTable()
+        self.backend = make_backend(scenario.backend, self.run_id, self.run_dir, self.log)
+        self.nemesis = Nemesis(scenario, FaultEnv(self.backend, self.workers), self.log, self.run_dir / "control")
+        self.tail = EventTail(self.run_dir / "events")
+        self.max_step: int | None = None
+        self._runner_seen = 0
+
+    def _notify(self, events: list[Event]) -> None:
+        if self.observer is None:
+            return
+        for e in events:
+            try:
+                self.observer(e)
+            except Exception:  # a broken display must not break the run
+                self.observer = None
+                return
+
+    def _pump(self) -> None:
+        events = self.tail.poll()
+        for e in events:
+            self.workers.observe(e)
+            self.nemesis.observe(e)
+            if e["kind"] == "step":
+                self.max_step = max(self.max_step or 0, e["step"])
+        self._notify(events)
+        self._notify(self.nemesis.tick())
+        for node, code in self.backend.poll():
+            self._notify([{"t": time.time(), "kind": "agent_exit", "source": "runner", "node": node,
+                           "exit_code": code}])
+
+    def execute(self, ref: Reference | None, note: str) -> RunResult:
+        s = self.scenario
+        t_start = time.time()
+        status = "completed"
+        handlers = _install_signal_handlers()
+        try:
+            self.nemesis.heal_before()
+            start = self.log.record(
+                "run_start", run_id=self.run_id, scenario=s.name, world_size=s.world_size, steps=s.target.steps,
+                checkpoint_every=s.target.checkpoint_every, backend=s.backend.model_dump(),
+                schedule=self.nemesis.schedule_summary(), deadline_s=self.deadline_s, reference=note)
+            self._notify([start])
+            env = {**s.target.env, "CHAOS_RUN_DIR": str(self.run_dir), "CHAOS_RUN_ID": self.run_id,
+                   "CHAOS_GATES": json.dumps(self.nemesis.gates())}
+            self.backend.start(LaunchSpec(str(s.script_path), _fill_args(s, self.run_dir), env))
+            self.nemesis.start(time.time())
+            deadline = t_start + self.deadline_s
+            while self.backend.running():
+                self._pump()
+                if time.time() > deadline:
+                    status = "deadline"
+                    stuck = sorted(w.rank for w in self.workers.live())
+                    self._notify([self.log.record(
+                        "deadline_exceeded", deadline_s=self.deadline_s, stuck_ranks=stuck,
+                        last_steps={w.rank: w.last_step for w in self.workers.by_rank.values()})])
+                    break
+                time.sleep(POLL_S)
+            self._pump()
+        except _Interrupted as exc:
+            status = "interrupted"
+            self._notify([self.log.record("interrupted", signal=exc.signame)])
+        finally:
+            _ignore_signals()
+            try:
+                self.nemesis.heal_all()
+                self.backend.teardown()
+                self._pump()
+                self.nemesis.finish(self.max_step)
+                self.log.record("run_end", status=status)
+                self.log.close()
+            finally:
+                _restore_signal_handlers(handlers)
+        events = merge_run_dir(self.run_dir)
+        verdicts = judge(events, s, ref)
+        result = RunResult(s, self.run_id, self.run_dir, status, verdicts, time.time() - t_start, ref, note, events)
+        (self.run_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1, default=str))
+        return result
+
+
+def judge(events: list[Event], scenario: Scenario, ref: Reference | None) -> list[Verdict]:
+    """Run the scenario's checks (and the always-on ones) over a history."""
+    history = History(events)
+    verdicts = []
+    for name in [*ALWAYS, *[c for c in scenario.check_names() if c not in ALWAYS]]:
+        params = next((c.params for c in scenario.checks if c.name == name), {})
+        ctx = CheckContext(scenario.target.steps, scenario.world_size, scenario.target.checkpoint_every, ref, params)
+        verdicts.append(run_check(name, history, ctx))
+    return verdicts
+
+
+# -- signals -----------------------------------------------------------------------------------
+def _raise(signum: int, frame: Any) -> None:
+    raise _Interrupted(signal.Signals(signum).name)
+
+
+def _install_signal_handlers() -> dict[int, Any] | None:
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        old[sig] = signal.signal(sig, _raise)
+    return old
+
+
+def _ignore_signals() -> None:
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def _restore_signal_handlers(old: dict[int, Any] | None) -> None:
+    if old is None:
+        return
+    for sig, handler in old.items():
+        signal.signal(sig, handler)

@@ -1,0 +1,203 @@
+"""Deterministic DDP classifier on scikit-learn's bundled digits (1,797 8x8 images, 10 classes).
+
+A real data-parallel training job for chaos to break: gloo on CPU, launched by ``torchrun``. It is
+deterministic (fixed seed, ``DistributedSampler`` with ``set_epoch``, per-rank torch RNG state and
+the data position in the checkpoint), so a run killed and restored ends bitwise equal to a run with
+no faults at the same world size.
+
+Checkpoints: rank 0 saves every ``--checkpoint-every`` steps to ``ckpt-<step>.pt`` in
+``--checkpoint-dir``, atomically (write ``.tmp``, fsync, rename, fsync the directory), keeps the
+newest ``--keep``, and every rank resumes from the newest complete one.
+
+Deliberately broken modes, for testing the checks themselves (``--broken``, repeatable):
+  non-atomic-save       write straight to the final name; a kill mid-save leaves a torn file
+  no-rng-restore        do not restore RNG state or data position (restart the epoch's data)
+  no-optimizer-restore  restore the model only; optimizer and LR scheduler start fresh
+
+Run by hand: ``torchrun --standalone --nproc-per-node 2 targets/digits_ddp.py --checkpoint-dir /tmp/ck``
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import re
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DistributedSampler, TensorDataset
+
+from chaos import probe
+
+BROKEN_MODES = ("non-atomic-save", "no-rng-restore", "no-optimizer-restore")
+CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=200, help="total optimizer steps (default 200)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--checkpoint-dir", required=True)
+    ap.add_argument("--checkpoint-every", type=int, default=10, help="steps between saves")
+    ap.add_argument("--keep", type=int, default=3, help="checkpoints kept on disk")
+    ap.add_argument("--batch-size", type=int, default=32, help="per-rank batch size")
+    ap.add_argument("--lr", type=float, default=0.2)
+    ap.add_argument("--timeout-s", type=float, default=60.0, help="collective timeout, seconds")
+    ap.add_argument("--no-digest", action="store_true", help="leave the per-step parameter digest out")
+    ap.add_argument("--broken", action="append", default=[], choices=BROKEN_MODES)
+    return ap.parse_args(argv)
+
+
+def build_model() -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(64, 128), nn.ReLU(), nn.Dropout(0.1),
+        nn.Linear(128, 128), nn.ReLU(), nn.Dropout(0.1),
+        nn.Linear(128, 10),
+    )
+
+
+def load_data(seed: int) -> tuple[TensorDataset, TensorDataset]:
+    digits = load_digits()
+    x = torch.tensor(digits.data, dtype=torch.float32) / 16.0
+    y = torch.tensor(digits.target, dtype=torch.int64)
+    idx_train, idx_test = train_test_split(
+        list(range(len(y))), test_size=0.2, random_state=seed, stratify=digits.target
+    )
+    return TensorDataset(x[idx_train], y[idx_train]), TensorDataset(x[idx_test], y[idx_test])
+
+
+def newest_checkpoint(ckpt_dir: str) -> str | None:
+    """The newest complete checkpoint (complete because saves are atomic renames)."""
+    found = []
+    for name in os.listdir(ckpt_dir):
+        m = CKPT_RE.match(name)
+        if m:
+            found.append((int(m.group(1)), os.path.join(ckpt_dir, name)))
+    return max(found)[1] if found else None
+
+
+def save_checkpoint(state: dict, ckpt_dir: str, step: int, keep: int, atomic: bool, p: probe.Probe) -> None:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    data = buf.getvalue()
+    final = os.path.join(ckpt_dir, f"ckpt-{step:06d}.pt")
+    path = final + ".tmp" if atomic else final
+    p.checkpoint_save_begin(step, final, bytes=len(data))
+    half = len(data) // 2
+    with open(path, "wb") as f:
+        f.write(data[:half])
+        f.flush()
+        p.checkpoint_write(step, final, bytes_written=half)  # a trigger point in the middle of a save
+        f.write(data[half:])
+        f.flush()
+        if atomic:
+            os.fsync(f.fileno())
+    if atomic:
+        os.replace(path, final)
+        dir_fd = os.open(ckpt_dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    p.checkpoint_saved(step, final, probe.bytes_digest(data), bytes=len(data))
+    olds = sorted(n for n in os.listdir(ckpt_dir) if CKPT_RE.match(n))
+    for name in olds[:-keep]:
+        os.remove(os.path.join(ckpt_dir, name))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    p = probe.get()
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout_s))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(args.seed + rank)  # per-rank RNG stream (dropout)
+    os.makedirs(args.checkpoint_dir, exist_ok=True)
+
+    train, test = load_data(args.seed)
+    sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed, drop_last=True)
+    steps_per_epoch = len(sampler) // args.batch_size
+    model = DistributedDataParallel(build_model())
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.steps)
+    loss_fn = nn.CrossEntropyLoss()
+
+    start_step, epoch, offset = 0, 0, 0
+    path = newest_checkpoint(args.checkpoint_dir)
+    if path is not None:
+        p.checkpoint_load_begin(path)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            state = torch.load(io.BytesIO(data), weights_only=False)
+        except Exception as exc:
+            p.checkpoint_load_failed(path, f"{type(exc).__name__}: {exc}")
+            raise
+        model.module.load_state_dict(state["model"])
+        if "no-optimizer-restore" not in args.broken:
+            opt.load_state_dict(state["optimizer"])
+            sched.load_state_dict(state["scheduler"])
+        if "no-rng-restore" not in args.broken and state["world_size"] == world:
+            torch.set_rng_state(state["rng"][rank])
+        start_step = state["step"]
+        if "no-rng-restore" not in args.broken:
+            epoch, offset = state["data_position"]["epoch"], state["data_position"]["batch"]
+        p.checkpoint_loaded(start_step, path, probe.bytes_digest(data), world_size=world)
+
+    step = start_step
+    while step < args.steps:
+        sampler.set_epoch(epoch)
+        indices = list(sampler)
+        for b in range(offset, steps_per_epoch):
+            if step >= args.steps:
+                break
+            batch = indices[b * args.batch_size:(b + 1) * args.batch_size]
+            x, y = train.tensors[0][batch], train.tensors[1][batch]
+            model.train()
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            sched.step()
+            step += 1
+            p.step(step, loss=loss.item(), params=None if args.no_digest else model.parameters())
+            if step % args.checkpoint_every == 0 or step == args.steps:
+                rng = [torch.empty(0, dtype=torch.uint8) for _ in range(world)]
+                dist.all_gather_object(rng, torch.get_rng_state())
+                if rank == 0:
+                    state = {
+                        "model": model.module.state_dict(),
+                        "optimizer": opt.state_dict(),
+                        "scheduler": sched.state_dict(),
+                        "rng": rng,
+                        "step": step,
+                        "data_position": {"epoch": epoch, "batch": b + 1},
+                        "world_size": world,
+                    }
+                    save_checkpoint(state, args.checkpoint_dir, step, args.keep,
+                                    "non-atomic-save" not in args.broken, p)
+        epoch, offset = epoch + 1, 0
+
+    if rank == 0:
+        model.eval()
+        with torch.no_grad():
+            pred = model.module(test.tensors[0]).argmax(dim=1)
+        acc = float((pred == test.tensors[1]).float().mean())
+        print(f"test accuracy {acc:.4f} after {step} steps", flush=True)
+        p.emit("eval", step=step, accuracy=acc, examples=len(test))
+    p.emit("final", step=step, digest=probe.param_digest(model.parameters()))
+    dist.destroy_process_group()
+    p.exit()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
