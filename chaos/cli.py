@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
 from rich.console import Console
 
@@ -19,7 +20,7 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 too; keep its usage line
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 too; keep its usage line
         self.print_usage(sys.stderr)
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
@@ -56,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
             problems = exc.problems if isinstance(exc, ScenarioError) else [str(exc)]
             print(json.dumps({"ok": False, "error": type(exc).__name__, "problems": problems}))
         else:
-            Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, markup=False)
+            console = Console(stderr=True, highlight=False, soft_wrap=True)
+            console.print("[bold red]error:[/] ", end="")
+            console.print(str(exc), markup=False)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -87,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from chaos.loader import load_scenario
 
-    report = []
+    report: list[dict[str, Any]] = []
     for path in args.scenarios:
         try:
             s = load_scenario(path)
@@ -97,7 +100,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
     else:
-        console = Console(highlight=False)
+        console = Console(highlight=False, soft_wrap=True)
         for r in report:
             if r["ok"]:
                 console.print(f"[green]ok[/]     {r['file']} ({r['name']})")

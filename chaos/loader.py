@@ -57,7 +57,7 @@ def scenario_from_dict(data: Any, source: str | Path | None = None, _node: Any =
         scenario._source = Path(source).resolve()
     problems = semantic_problems(scenario, _node)
     if problems:
-        raise ScenarioError(problems, src)
+        raise ScenarioError(sorted(problems, key=_line_key), src)
     return scenario
 
 
@@ -131,7 +131,8 @@ def semantic_problems(scenario: Scenario, node: Any = None) -> list[str]:
             problem = CHECKS[check.name].param_problem(check.params)
             if problem:
                 out.append(f"{at(('checks', i))}checks[{i}] ({check.name}): {problem}")
-    if any(c.name == "progress_lost" for c in scenario.checks) and scenario.target.checkpoint_every is None:
+    explicit = "checks" in scenario.model_fields_set
+    if explicit and any(c.name == "progress_lost" for c in scenario.checks) and scenario.target.checkpoint_every is None:
         params = next(c.params for c in scenario.checks if c.name == "progress_lost")
         if "max_steps" not in params:
             out.append(
@@ -161,10 +162,12 @@ def _describe(err: Any, node: Any, data: Any) -> str:
                     f"use one of: {', '.join(known)}")
         hint = difflib.get_close_matches(str(given), known, n=1)
         use = f"did you mean {hint[0]!r}? " if hint else ""
-        return f"{where}{sub}={given!r} is not a known {'fault' if tag == 'fault' else 'backend'}; {use}use one of: {', '.join(known)}"
+        what = "fault" if tag == "fault" else "backend"
+        return f"{where}{sub}={given!r} is not a known {what}; {use}use one of: {', '.join(known)}"
     if kind == "union_tag_not_found":
         tag = err["ctx"]["discriminator"].strip("'")
-        return f"{where}{field}.{tag} is missing; add `{tag}:` (one of: {', '.join(FAULT_NAMES)})"
+        known = FAULT_NAMES if tag == "fault" else BACKEND_NAMES
+        return f"{where}{field}.{tag} is missing; add `{tag}:` (one of: {', '.join(known)})"
     if kind == "missing":
         return f"{where}{field} is missing; add it"
     if kind == "extra_forbidden":
@@ -179,8 +182,19 @@ def _describe(err: Any, node: Any, data: Any) -> str:
     if kind == "string_pattern_mismatch":
         return (f"{where}{field}={value!r} must be letters, digits, '-', '_' or '.', starting with a letter "
                 f"or digit; use a name like 'kill-worker'")
+    ctx = err.get("ctx") or {}
+    simple = {
+        "int_parsing": "a whole number", "int_type": "a whole number", "int_from_float": "a whole number",
+        "float_parsing": "a number", "float_type": "a number", "bool_parsing": "true or false",
+        "bool_type": "true or false", "string_type": "a string", "list_type": "a list",
+        "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
+        "greater_than": f"greater than {ctx.get('gt')}", "greater_than_equal": f"at least {ctx.get('ge')}",
+        "less_than": f"less than {ctx.get('lt')}", "less_than_equal": f"at most {ctx.get('le')}",
+    }
+    if kind in simple:
+        return f"{where}{field}={value!r} must be {simple[kind]}; use such a value instead"
     msg = err["msg"][0].lower() + err["msg"][1:]
-    return f"{where}{field}={value!r} must be valid: {msg}"
+    return f"{where}{field}={value!r} is invalid: {msg}"
 
 
 def _clean_loc(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:

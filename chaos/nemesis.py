@@ -98,9 +98,9 @@ class Nemesis:
                     if not p.arrived:
                         continue
                     need = self._required(p)
-                    if need is not None and not need <= p.arrived:
-                        if now - (p.arrived_at or now) < GATE_GIVE_UP_S:
-                            continue
+                    waiting = need is not None and not need <= p.arrived
+                    if waiting and now - (p.arrived_at or now) < GATE_GIVE_UP_S:
+                        continue
                     if not p.fault.ready(self.env):
                         if now - (p.arrived_at or now) < GATE_GIVE_UP_S:
                             continue

@@ -38,7 +38,7 @@ from chaos.history import Event, EventTail, History, RunnerLog, merge_run_dir
 from chaos.nemesis import Nemesis
 from chaos.reference import ReferenceCache
 from chaos.scenario import Scenario
-from chaos.workers import WorkerTable
+from chaos.workers import WorkerTable, alive
 
 POLL_S = 0.02
 Observer = Callable[[Event], None]
@@ -206,7 +206,9 @@ class _Run:
         self.nemesis = Nemesis(scenario, FaultEnv(self.backend, self.workers), self.log, self.run_dir / "control")
         self.tail = EventTail(self.run_dir / "events")
         self.max_step: int | None = None
-        self._runner_seen = 0
+        self._exit_status: dict[int, str] = {}  # pid → the probe's exit status
+        self._signalled: dict[int, int] = {}  # pid → signal a fault sent it
+        self._exit_reported: set[int] = set()
 
     def _notify(self, events: list[Event]) -> None:
         if self.observer is None:
@@ -225,11 +227,36 @@ class _Run:
             self.nemesis.observe(e)
             if e["kind"] == "step":
                 self.max_step = max(self.max_step or 0, e["step"])
+            elif e["kind"] == "exit":
+                self._exit_status[e["pid"]] = e.get("status", "")
         self._notify(events)
-        self._notify(self.nemesis.tick())
+        fired = self.nemesis.tick()
+        for e in fired:
+            if e["kind"] == "fault_inject" and e.get("signal"):
+                for pid in e.get("pids", []):
+                    self._signalled[pid] = int(signal.Signals[e["signal"]])
+        self._notify(fired)
+        self._record_worker_exits()
         for node, code in self.backend.poll():
             self._notify([{"t": time.time(), "kind": "agent_exit", "source": "runner", "node": node,
                            "exit_code": code}])
+
+    def _record_worker_exits(self, final: bool = False) -> None:
+        """A ``worker_exit`` event (rank, pid, exit code if known) for each worker process that ended."""
+        codes: dict[int, int] | None = None
+        for w in self.workers.all:
+            if w.pid in self._exit_reported or (not final and alive(w.pid)):
+                continue
+            if codes is None:
+                codes = self.backend.worker_exit_codes()
+            code = codes.get(w.pid)
+            if code is None and w.pid in self._signalled:
+                code = -self._signalled[w.pid]
+            if code is None and w.pid in self._exit_status:
+                code = 0 if self._exit_status[w.pid] == "ok" else 1
+            self._exit_reported.add(w.pid)
+            self._notify([self.log.record("worker_exit", rank=w.rank, node=w.node, pid=w.pid, restart=w.restart,
+                                          exit_code=code)])
 
     def execute(self, ref: Reference | None, note: str) -> RunResult:
         s = self.scenario
@@ -268,6 +295,7 @@ class _Run:
                 self.nemesis.heal_all()
                 self.backend.teardown()
                 self._pump()
+                self._record_worker_exits(final=True)
                 self.nemesis.finish(self.max_step)
                 self.log.record("run_end", status=status)
                 self.log.close()
@@ -299,7 +327,7 @@ def _raise(signum: int, frame: Any) -> None:
 def _install_signal_handlers() -> dict[int, Any] | None:
     if threading.current_thread() is not threading.main_thread():
         return None
-    old = {}
+    old: dict[int, Any] = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         old[sig] = signal.signal(sig, _raise)
     return old

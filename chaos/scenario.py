@@ -153,7 +153,10 @@ class Scenario(_Model):
 
     @model_validator(mode="before")
     @classmethod
-    def _checks_shorthand(cls, data: Any) -> Any:
+    def _shorthands(cls, data: Any) -> Any:
+        # `backend:` without `kind:` means the local backend.
+        if isinstance(data, dict) and isinstance(data.get("backend"), dict) and "kind" not in data["backend"]:
+            data = {**data, "backend": {"kind": "local", **data["backend"]}}
         # YAML shorthand: `checks: [completes, {recovery_time: {max_s: 60}}]`.
         if isinstance(data, dict) and isinstance(data.get("checks"), list):
             out: list[Any] = []

@@ -39,27 +39,28 @@ class WorkerTable:
                 self.by_rank[rank] = worker
             self.all.append(worker)
             return
-        worker = self.by_rank.get(rank)
-        if worker is None or worker.pid != event.get("pid"):
+        current = self.by_rank.get(rank)
+        if current is None or current.pid != event.get("pid"):
             return
         if event["kind"] == "step":
-            worker.last_step = event["step"]
+            current.last_step = event["step"]
         elif event["kind"] == "exit":
-            worker.exited = True
+            current.exited = True
 
     def live(self) -> list[Worker]:
         """Workers whose process still exists."""
-        return [w for w in self.by_rank.values() if not w.exited and _alive(w.pid)]
+        return [w for w in self.by_rank.values() if not w.exited and alive(w.pid)]
 
     def pid_of(self, rank: int) -> int | None:
         worker = self.by_rank.get(rank)
-        return worker.pid if worker is not None and _alive(worker.pid) else None
+        return worker.pid if worker is not None and alive(worker.pid) else None
 
     def ranks_of_node(self, node: int) -> list[int]:
         return sorted(w.rank for w in self.by_rank.values() if w.node == node)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie."""
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:

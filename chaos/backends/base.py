@@ -33,4 +33,7 @@ class Backend(Protocol):
 
     def agent_pid(self, node: int) -> int | None: ...
 
+    def worker_exit_codes(self) -> dict[int, int]:
+        """pid → exit code of worker processes whose exit the backend saw (as far as it can tell)."""
+
     def teardown(self) -> None: ...

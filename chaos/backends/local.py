@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,6 +17,8 @@ from chaos.history import RunnerLog
 from chaos.scenario import LocalBackendSpec
 
 TERM_GRACE_S = 3.0
+# torchrun's line for a failed worker: "failed (exitcode: -9) local_rank: 1 (pid: 2643) of binary: ..."
+EXITCODE_RE = re.compile(rb"exitcode: (-?\d+)\)? local_rank: (\d+) \(pid: (\d+)\)")
 
 
 def free_port() -> int:
@@ -38,6 +41,8 @@ class LocalBackend:
         self.log = log
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._reported: set[int] = set()
+        self._log_offsets: dict[int, int] = {}
+        self._exit_codes: dict[int, int] = {}
         self.port = 0
 
     def torchrun_args(self, node: int) -> list[str]:
@@ -84,12 +89,39 @@ class LocalBackend:
                 out.append((node, code))
         return out
 
+    def worker_exit_codes(self) -> dict[int, int]:
+        """pid → exit code of workers whose failure torchrun logged (negative: killed by that signal)."""
+        for node in self.procs:
+            path = self.run_dir / "logs" / f"agent-node{node}.log"
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self._log_offsets.get(node, 0))
+                    chunk = f.read()
+            except FileNotFoundError:
+                continue
+            end = chunk.rfind(b"\n") + 1
+            self._log_offsets[node] = self._log_offsets.get(node, 0) + end
+            for code, _local_rank, pid in EXITCODE_RE.findall(chunk[:end]):
+                self._exit_codes[int(pid)] = int(code)
+        return dict(self._exit_codes)
+
     def running(self) -> bool:
         return any(p.poll() is None for p in self.procs.values())
 
     def agent_pid(self, node: int) -> int | None:
         proc = self.procs.get(node)
         return proc.pid if proc is not None and proc.poll() is None else None
+
+    def signal_agent(self, node: int, signum: int, wait_s: float) -> bool:
+        proc = self.procs.get(node)
+        if proc is None or proc.poll() is not None:
+            return False
+        os.kill(proc.pid, signum)
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+        return True
 
     def teardown(self) -> None:
         """SIGTERM agents (torchrun then stops its workers), then SIGKILL whatever of the run is left."""

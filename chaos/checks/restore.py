@@ -124,18 +124,18 @@ def progress_lost(history: History, ctx: CheckContext) -> Verdict:
         if not r.ranks:
             return Verdict(name, "unknown", f"after {r.label()} the job never restarted, so nothing was redone",
                            events=[r.fault])
-        loaded = [rec.loaded["step"] for rec in r.ranks.values() if rec.loaded is not None]
-        resumed = min(loaded) if loaded else 0
         if any(rec.loaded is None and rec.first_step is None for rec in r.ranks.values()):
             return Verdict(name, "unknown", f"after {r.label()} the restarted ranks never completed a step",
                            events=[r.fault])
+        # a rank that loaded nothing resumed from just before its first step (step 0 if it started over)
+        resumed = min(rec.loaded["step"] if rec.loaded is not None else (rec.first_step or {"step": 1})["step"] - 1
+                      for rec in r.ranks.values())
         lost = (r.last_step_before or 0) - resumed
         worst = max(worst, lost)
         failed |= lost > bound
         parts.append(f"{r.label()}: last step {r.last_step_before}, resumed from step {resumed}, "
                      f"{lost} step(s) redone")
-    status = "failed" if failed else "ok"
-    return Verdict(name, status, f"{'; '.join(parts)} (bound {bound})", value=float(worst), unit="steps",
+    return Verdict(name, "failed" if failed else "ok", f"{'; '.join(parts)} (bound {bound})", value=float(worst), unit="steps",
                    events=[r.fault for r in rs][:5])
 
 

@@ -53,11 +53,14 @@ def restores(history: History) -> list[Restore]:
         until = kills[i + 1]["t"] if i + 1 < len(kills) else None
         steps_before = [e["step"] for e in history.probe("step") if e["t"] < tk]
         saved = [e for e in history.probe("checkpoint_saved") if e["t"] < tk]
-        saved_paths = {e["path"] for e in saved}
-        torn = {
-            e["path"]: e for e in history.probe("checkpoint_save_begin")
-            if e["t"] < tk and e["path"] not in saved_paths
-        }
+        last_saved: dict[str, float] = {}
+        for e in saved:
+            last_saved[e["path"]] = e["t"]
+        torn: dict[str, Event] = {}
+        for e in history.probe("checkpoint_save_begin"):
+            # torn: the latest save of that path began before the fault and did not complete before it
+            if e["t"] < tk and last_saved.get(e["path"], -1.0) < e["t"]:
+                torn[e["path"]] = e
         r = Restore(
             fault=fault,
             last_step_before=max(steps_before) if steps_before else None,

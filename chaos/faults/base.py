@@ -18,6 +18,11 @@ class BackendHandle(Protocol):
 
     def agent_pid(self, node: int) -> int | None: ...
 
+    def signal_agent(self, node: int, signum: int, wait_s: float) -> bool:
+        """Send ``signum`` to the agent of ``node`` and wait up to ``wait_s`` for it to exit (the
+        backend reaps it, so its exit code is kept). False if no agent was running."""
+        ...
+
 
 @dataclass
 class FaultEnv:

@@ -58,6 +58,12 @@ class Kill:
         if not targets:
             raise ChaosError(f"kill: no live process for {self.spec.select.describe()}")
         signum = signal.Signals[self.spec.signal]
+        if self.spec.select.agent is not None:
+            # the agent is the runner's child: the backend signals and reaps it, keeping its exit code
+            env.backend.signal_agent(self.spec.select.agent, signum, KILL_WAIT_S)
+            return {"signal": self.spec.signal, "pids": sorted(targets), "ranks": [],
+                    "select": self.spec.select.model_dump(exclude_none=True),
+                    "still_alive": [p for p in targets if env.backend.agent_pid(self.spec.select.agent) == p]}
         procs = []
         for pid in targets:
             try:

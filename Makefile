@@ -1,0 +1,37 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   – install into .venv, then run the bundled default scenario (scenarios/kill-worker.yaml)
+#   make test   – install into .venv, then run the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo test test-fast lint typecheck bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	# torch first, the CPU build, so nothing later pulls a multi-GB CUDA wheel
+	$(VENV)/bin/pip install -q $(TORCH)
+	$(VENV)/bin/pip install -q -e '.[test,dev]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/chaos run scenarios/kill-worker.yaml
+
+test: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -v
+
+test-fast: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -m "not e2e"
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check chaos targets tests benchmarks noxfile.py
+
+typecheck: $(VENV)/.installed
+	$(VENV)/bin/mypy
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/python -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) .chaos-runs .nox .pytest_cache .mypy_cache .ruff_cache

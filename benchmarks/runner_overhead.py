@@ -1,0 +1,133 @@
+"""Runner overhead: wall time of a chaos run with an empty schedule vs plain torchrun of the same job.
+
+The scenario is ``scenarios/kill-worker.yaml`` (digits DDP, 2 ranks, 200 steps, a checkpoint every
+10 steps) with ``schedule: []`` and ``checks: [completes]``, run with
+``run_scenario(..., reference=False)``. Three configurations, interleaved, each measured in seconds:
+
+  runner       ``run_scenario`` in this process (the library call behind ``chaos run``), timed from
+               call to return: run-directory setup, launch, polling, teardown, journal merge and
+               checks. The probe is on (the scenario's args keep the per-step digest).
+  plain        ``python -m torch.distributed.run`` with the flags the local backend would pass
+               (``LocalBackend.torchrun_args``: c10d rendezvous on 127.0.0.1, --max-restarts,
+               --monitor-interval) and the backend's environment (OMP_NUM_THREADS=1,
+               TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, ...), same script and args, ``CHAOS_RUN_DIR``
+               unset so the probe is off. Timed from process start to exit.
+  plain+probe  as plain, with ``CHAOS_RUN_DIR`` set: the probe writes its events but no runner
+               watches. It splits the runner's ratio into the probe's part and the runner's own.
+
+The goal is runner / plain ≤ 1.05 (medians over rounds). The runner's time excludes the start of a
+Python interpreter and the import of chaos, which ``chaos run`` on the command line adds once.
+
+Run: ``python -m benchmarks.runner_overhead [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import SCENARIO, BenchResult, Row, clean_env, median, ratio_row, run_job, torchrun
+from chaos.backends.local import LocalBackend, free_port
+from chaos.history import RunnerLog
+from chaos.loader import scenario_from_dict
+from chaos.runner import run_scenario
+from chaos.scenario import Scenario
+
+GOAL_RATIO = 1.05
+CONFIGS = ("runner", "plain", "plain+probe")
+
+
+def empty_scenario() -> Scenario:
+    """kill-worker.yaml with no faults and only the ``completes`` check."""
+    data = yaml.safe_load(SCENARIO.read_text())
+    data.update(schedule=[], checks=["completes"])
+    return scenario_from_dict(data, source=SCENARIO)
+
+
+def plain_command(scenario: Scenario, work: Path) -> list[str]:
+    """The torchrun command the local backend would run for node 0, with the job's args filled in."""
+    log = RunnerLog(work / "unused-runner.jsonl")
+    log.close()
+    backend = LocalBackend(scenario.backend, f"bench-{work.name}", work, log)
+    backend.port = free_port()
+    t = scenario.target
+    values = {"checkpoint_dir": str(work / "checkpoints"), "run_dir": str(work), "steps": t.steps,
+              "seed": t.seed, "checkpoint_every": t.checkpoint_every or ""}
+    args = [a.format(**values) for a in t.args]
+    return torchrun(*backend.torchrun_args(0), str(scenario.script_path), *args)
+
+
+def run_plain(scenario: Scenario, work: Path, probe: bool) -> float:
+    """One plain torchrun job in the fresh directory ``work``; wall time, seconds."""
+    work.mkdir(parents=True)
+    env = clean_env(**scenario.target.env, CHAOS_NODE="0", PYTHONUNBUFFERED="1",
+                    TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if probe:
+        env["CHAOS_RUN_DIR"] = str(work)
+    return run_job(plain_command(scenario, work), env, cwd=work, log=work / "torchrun.log")
+
+
+def run_runner(scenario: Scenario, runs_dir: Path) -> float:
+    """One ``run_scenario`` call; wall time, seconds. Raises if the job did not complete."""
+    t0 = time.perf_counter()
+    result = run_scenario(scenario, runs_dir, reference=False)
+    wall_s = time.perf_counter() - t0
+    if not result.ok:
+        raise RuntimeError(result.failure_message())
+    return wall_s
+
+
+def run(quick: bool = False, reps: int | None = None) -> BenchResult:
+    """Measure; ``quick`` means 2 rounds instead of 5."""
+    reps = reps or (2 if quick else 5)
+    scenario = empty_scenario()
+    samples: dict[str, list[float]] = {c: [] for c in CONFIGS}
+    tmp = Path(tempfile.mkdtemp(prefix="chaos-bench-runner-"))
+    try:
+        for i in range(reps):
+            for config in CONFIGS:
+                if config == "runner":
+                    s = run_runner(scenario, tmp / "runs")
+                else:
+                    s = run_plain(scenario, tmp / f"{i}-{config}", probe=config == "plain+probe")
+                samples[config].append(s)
+                print(f"  round {i + 1}/{reps} {config:<11} {s:.3f} s", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    med = {c: median(v) for c, v in samples.items()}
+    rows = [Row(f"wall time, {c} (median of {reps})", med[c], "s") for c in CONFIGS]
+    rows.append(ratio_row("wall time ratio runner / plain", med["runner"] / med["plain"], GOAL_RATIO))
+    rows.append(Row("wall time ratio plain+probe / plain", med["plain+probe"] / med["plain"], "ratio"))
+    rows.append(Row("wall time ratio runner / plain+probe", med["runner"] / med["plain+probe"], "ratio"))
+    paired = [r / p for r, p in zip(samples["runner"], samples["plain"], strict=True)]
+    notes = [f"runner/plain per-round ratios: min {min(paired):.4f}, median {median(paired):.4f}, "
+             f"max {max(paired):.4f}",
+             "wall time range over rounds: " + "; ".join(f"{c}: {min(v):.2f}–{max(v):.2f} s"
+                                                        for c, v in samples.items())]
+    method = (f"{reps} interleaved rounds of run_scenario (kill-worker.yaml, schedule [], checks [completes], "
+              "reference off) vs torchrun with the local backend's flags and environment, probe off and on; "
+              f"{scenario.target.steps} steps, checkpoint every {scenario.target.checkpoint_every}; medians.")
+    return BenchResult("runner overhead", method, rows, notes)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2 rounds (default 5)")
+    ap.add_argument("--reps", type=int, default=None, help="interleaved rounds")
+    args = ap.parse_args()
+    print(run(args.quick, args.reps).render())
+
+
+if __name__ == "__main__":
+    main()

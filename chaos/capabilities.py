@@ -1,0 +1,66 @@
+"""What this machine can do, asked before a run starts (the seed of ``chaos doctor``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from collections.abc import Callable
+
+
+def _torch() -> str | None:
+    return None if importlib.util.find_spec("torch") else "torch is not installed; pip install torch==2.13.0"
+
+
+def _sklearn() -> str | None:
+    if importlib.util.find_spec("sklearn"):
+        return None
+    return "scikit-learn (the bundled target's dataset) is not installed; pip install scikit-learn"
+
+
+def _root() -> str | None:
+    return None if os.geteuid() == 0 else "needs root (CAP_NET_ADMIN/CAP_SYS_ADMIN); run as root"
+
+
+def _gpu() -> str | None:
+    try:
+        import torch
+
+        return None if torch.cuda.is_available() else "no CUDA device on this machine"
+    except ImportError:
+        return "torch is not installed"
+
+
+def _docker() -> str | None:
+    if shutil.which("docker") is None and not os.path.exists("/var/run/docker.sock"):
+        return "no Docker engine (apt-get install docker.io, then start dockerd)"
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+        return None
+    except Exception as exc:
+        return f"the Docker engine does not answer ({type(exc).__name__}); start dockerd"
+
+
+CAPABILITIES: dict[str, Callable[[], str | None]] = {
+    "torch": _torch,
+    "sklearn": _sklearn,
+    "root": _root,
+    "gpu": _gpu,
+    "docker": _docker,
+}
+
+
+def missing(names: list[str]) -> dict[str, str]:
+    """name → why it is missing, for each capability in ``names`` this machine lacks.
+
+    Raises KeyError naming an unknown capability."""
+    out = {}
+    for name in names:
+        if name not in CAPABILITIES:
+            raise KeyError(f"unknown capability {name!r}; known: {', '.join(CAPABILITIES)}")
+        why = CAPABILITIES[name]()
+        if why:
+            out[name] = why
+    return out

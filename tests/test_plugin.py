@@ -1,0 +1,55 @@
+"""The pytest plugin, tested with pytester: options, marker, skip-vs-fail under CI, failure report."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import SCENARIOS
+
+pytest_plugins = ["pytester"]
+
+
+def test_options_and_marker_are_registered(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--help")
+    result.stdout.fnmatch_lines(["*chaos fault injection*", "*--chaos-runs-dir*"])
+    result = pytester.runpytest_subprocess("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.chaos(requires=*"])
+
+
+def test_missing_capability_skips_with_reason_and_fails_under_ci(pytester: pytest.Pytester,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.chaos(requires=["gpu"])
+        def test_needs_gpu(chaos_run):
+            pass
+    """)
+    monkeypatch.delenv("CI", raising=False)
+    result = pytester.runpytest_subprocess("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*lacks gpu: no CUDA device*"])
+    monkeypatch.setenv("CI", "true")
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(errors=1)  # failed in setup: CI cannot go green by skipping
+    result.stdout.fnmatch_lines(["*CI=true and this machine lacks*gpu*"])
+
+
+@pytest.mark.e2e
+@pytest.mark.chaos(requires=["torch", "sklearn"])
+def test_failed_run_lists_failed_checks_and_the_journal(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(f"""
+        def test_torn_checkpoint(chaos_run):
+            result = chaos_run({str(SCENARIOS / "kill-during-save.yaml")!r},
+                               overrides={{"checks": ["restored_from_checkpoint"]}},
+                               extra_args=["--broken", "non-atomic-save"])
+            result.assert_ok()
+    """)
+    result = pytester.runpytest_subprocess("--chaos-runs-dir", str(pytester.path / "runs"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*restored_from_checkpoint: FAILED*ckpt-000020.pt*torn checkpoint*",
+        "*journal: *journal.jsonl*",
+        "*chaos runs*",
+        "*run directory: *runs/kill-during-save-*",
+    ])

@@ -1,0 +1,128 @@
+"""Scenario validation: every bad input is reported with its field, its line and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaos import ScenarioError, load_scenario, scenario_from_dict
+
+REPO = Path(__file__).resolve().parents[2]
+TARGET = str(REPO / "targets" / "digits_ddp.py")
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return path
+
+
+def problems(tmp_path: Path, text: str) -> list[str]:
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(write(tmp_path, text))
+    return info.value.problems
+
+
+def test_bundled_scenarios_are_valid() -> None:
+    for path in sorted((REPO / "scenarios").glob("*.yaml")):
+        scenario = load_scenario(path)
+        assert scenario.script_path.is_file(), path
+
+
+def test_unknown_fault_names_the_field_line_and_the_choices(tmp_path: Path) -> None:
+    (p,) = problems(tmp_path, f"""name: bad
+target: {{script: {TARGET}, steps: 100}}
+schedule:
+  - fault: kil
+    select: {{rank: 1}}
+    trigger: {{at_step: 25}}
+""")
+    assert p.startswith("line 4: schedule[0].fault='kil' is not a known fault")
+    assert "did you mean 'kill'" in p
+
+
+def test_step_past_the_last_step_and_rank_past_world_size(tmp_path: Path) -> None:
+    ps = problems(tmp_path, f"""name: bad
+target: {{script: {TARGET}, steps: 100, checkpoint_every: 10}}
+schedule:
+  - fault: kill
+    select: {{rank: 2}}
+    trigger: {{at_step: 101}}
+""")
+    assert ps == [
+        "line 5: schedule[0].select.rank=2 must be less than the world size 2 (backend.nodes × "
+        "backend.nproc_per_node); use a rank in 0..1",
+        "line 6: schedule[0].trigger.at_step=101 must be at most target.steps=100 (the job's last step); "
+        "use a step in 1..100",
+    ]
+
+
+def test_wrong_types_are_all_reported_at_once(tmp_path: Path) -> None:
+    ps = problems(tmp_path, f"""name: bad
+target:
+  script: {TARGET}
+  steps: many
+backend: {{nproc_per_node: two, colour: red}}
+schedule:
+  - fault: kill
+    signal: SIGFOO
+    select: {{rank: 1}}
+    trigger: {{at_step: 5, at_time_s: 1}}
+""")
+    text = "\n".join(ps)
+    assert "line 4: target.steps='many' must be a whole number" in text
+    assert "line 5: backend.nproc_per_node='two' must be a whole number" in text
+    assert "line 5: backend.colour is not a field of backend" in text
+    assert "line 8: schedule[0].signal='SIGFOO' must be 'SIGKILL'" in text
+    assert "line 10: schedule[0].trigger: give exactly one of at_step or at_time_s" in text
+    assert len(ps) == 5
+
+
+def test_missing_target(tmp_path: Path) -> None:
+    assert problems(tmp_path, "name: bad\nschedule: []\n") == ["line 1: target is missing; add it"]
+
+
+def test_missing_script_and_unknown_check_and_placeholder(tmp_path: Path) -> None:
+    ps = problems(tmp_path, """name: bad
+target:
+  script: nope.py
+  args: ["--x", "{chekpoint_dir}"]
+  steps: 10
+checks: [completes, restored_from_chekpoint]
+""")
+    text = "\n".join(ps)
+    assert "target.script='nope.py' must be an existing file" in text
+    assert "target.args[1]='{chekpoint_dir}' has an unknown placeholder" in text
+    assert "checks[1]='restored_from_chekpoint' is not a known check; did you mean 'restored_from_checkpoint'?" in text
+
+
+def test_planned_backend_says_it_is_not_available(tmp_path: Path) -> None:
+    (p,) = problems(tmp_path, f"name: bad\ntarget: {{script: {TARGET}, steps: 10}}\nbackend: {{kind: docker}}\n")
+    assert "backend.kind='docker' is not available in this version" in p
+
+
+def test_check_parameters_are_validated(tmp_path: Path) -> None:
+    (p,) = problems(tmp_path, f"""name: bad
+target: {{script: {TARGET}, steps: 10, checkpoint_every: 5}}
+checks: [{{recovery_time: {{max_seconds: 3}}}}]
+""")
+    assert "'max_seconds' is not a parameter of recovery_time; its parameters: max_s" in p
+
+
+def test_not_yaml_and_not_a_mapping(tmp_path: Path) -> None:
+    assert "not valid YAML" in problems(tmp_path, "name: [unclosed\n")[0]
+    assert "must be a mapping" in problems(tmp_path, "- a\n- b\n")[0]
+
+
+def test_yaml_is_data_only(tmp_path: Path) -> None:
+    ps = problems(tmp_path, "!!python/object/apply:os.system ['touch /tmp/chaos-pwned']\n")
+    assert "not valid YAML" in ps[0]
+    assert not Path("/tmp/chaos-pwned").exists()
+
+
+def test_from_dict_resolves_relative_to_cwd_without_source() -> None:
+    s = scenario_from_dict({"name": "x", "target": {"script": TARGET, "steps": 5}})
+    assert s.script_path == Path(TARGET)
+    assert s.backend.kind == "local" and s.world_size == 2
+    assert s.check_names()[0] == "completes"
