@@ -33,6 +33,9 @@ class Backend(Protocol):
 
     def agent_pid(self, node: int) -> int | None: ...
 
+    def signal_agent(self, node: int, signum: int, wait_s: float) -> bool:
+        """Signal the agent of ``node``, wait up to ``wait_s`` s for its exit; False if none ran."""
+
     def worker_exit_codes(self) -> dict[int, int]:
         """pid → exit code of worker processes whose exit the backend saw (as far as it can tell)."""
 
