@@ -56,6 +56,7 @@ class Nemesis:
             gate = f"g{i}" if spec.trigger.at_step is not None else None
             self.planned.append(Planned(i, build_fault(spec, i), spec, gate))
         self.t0: float | None = None
+        self.closed = False  # after heal_all nothing fires any more
 
     def gates(self) -> list[dict[str, Any]]:
         """The gates for the probe (``CHAOS_GATES``)."""
@@ -92,6 +93,8 @@ class Nemesis:
         """Fire what is due and heal what has run its duration; returns the events recorded."""
         now = time.time()
         out: list[Event] = []
+        if self.closed:
+            return out
         for p in self.planned:
             if p.fired_at is None and p.failed is None:
                 if p.gate is not None:
@@ -152,7 +155,9 @@ class Nemesis:
             p.fault.heal(self.env)
 
     def heal_all(self) -> None:
-        """Heal every fault (idempotent) and open every gate, so nothing stays perturbed or blocked."""
+        """Heal every fault (idempotent) and open every gate, so nothing stays perturbed or blocked.
+        Nothing fires after this."""
+        self.closed = True
         for p in self.planned:
             if not p.healed:
                 try:

@@ -3,12 +3,13 @@
 Loaded automatically when chaos is installed (``pytest11`` entry point). Settings take effect in
 this order: command line > environment > ini file > default.
 
-=====================  ======================  ===================  ============================
-command line           environment             ini                  default
-=====================  ======================  ===================  ============================
-``--chaos-runs-dir``   ``CHAOS_RUNS_DIR``      ``chaos_runs_dir``   ``<pytest basetemp>/chaos``
-``--chaos-no-reference``                        ``chaos_reference``  reference runs on
-=====================  ======================  ===================  ============================
+========================  ==================  ===================  ===========================
+command line              environment         ini                  default
+========================  ==================  ===================  ===========================
+``--chaos-runs-dir``      ``CHAOS_RUNS_DIR``  ``chaos_runs_dir``   ``<pytest basetemp>/chaos``
+``--chaos-no-reference``                      ``chaos_reference``  reference runs on
+``--chaos-backend``                                                each scenario's own
+========================  ==================  ===================  ===========================
 
 ``@pytest.mark.chaos(requires=["root", "docker"])`` skips a test whose capabilities the machine
 lacks, with the reason; under ``CI=true`` the test fails instead, so CI cannot pass by skipping.
@@ -34,6 +35,8 @@ RESULTS_KEY = pytest.StashKey[list[RunResult]]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("chaos", "chaos fault injection")
     group.addoption("--chaos-runs-dir", default=None, help="where chaos run directories are kept")
+    group.addoption("--chaos-backend", default=None, choices=["local"],
+                    help="run every scenario on this backend instead of its own")
     group.addoption("--chaos-no-reference", action="store_true", default=None,
                     help="skip fault-free reference runs (equivalent_to_reference becomes unknown)")
     parser.addini("chaos_runs_dir", "where chaos run directories are kept", default="")
@@ -104,6 +107,9 @@ def chaos_run(request: pytest.FixtureRequest) -> ChaosRun:
 
     def run(scenario: str | Path | Scenario | dict[str, Any], overrides: dict[str, Any] | None = None,
             extra_args: list[str] | tuple[str, ...] = (), deadline_s: float | None = None) -> RunResult:
+        backend = config.getoption("--chaos-backend")
+        if backend:
+            overrides = {**(overrides or {}), "backend": {**(overrides or {}).get("backend", {}), "kind": backend}}
         s = _resolve(scenario, overrides, list(extra_args))
         result = run_scenario(s, _runs_dir(config), reference=_reference(config), deadline_s=deadline_s)
         results.append(result)

@@ -271,6 +271,7 @@ class _Run:
                 schedule=self.nemesis.schedule_summary(), deadline_s=self.deadline_s, reference=note)
             self._notify([start])
             env = {**s.target.env, "CHAOS_RUN_DIR": str(self.run_dir), "CHAOS_RUN_ID": self.run_id,
+                   "CHAOS_RUNNER_PID": str(os.getpid()),
                    "CHAOS_GATES": json.dumps(self.nemesis.gates())}
             self.backend.start(LaunchSpec(str(s.script_path), _fill_args(s, self.run_dir), env))
             self.nemesis.start(time.time())

@@ -84,7 +84,7 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
         codes = ", ".join(f"node {e['node']} exited {e['exit_code']}" for e in bad)
         parts = [f"torchrun agent failed: {codes}; {_progress(history)}"] + _last_errors(history) + _hints(history)
         return Verdict(name, "failed", "; ".join(parts), events=bad[:3])
-    finals = [e for e in history.probe("exit") if e.get("status") == "ok"]
+    finals = [e for e in history.probe("exit") if e.get("status") in ("ok", "exited")]
     last_steps = {e["rank"]: e.get("last_step") for e in finals}
     short = {r: s for r, s in last_steps.items() if s != ctx.steps}
     if not finals or len(last_steps) < ctx.world_size or short:

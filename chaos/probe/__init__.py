@@ -39,6 +39,7 @@ from typing import Any
 __all__ = ["Probe", "get", "param_digest", "bytes_digest"]
 
 GATE_POLL_S = 0.002
+RUNNER_CHECK_S = 1.0
 
 
 def bytes_digest(data: bytes) -> str:
@@ -77,6 +78,7 @@ class Probe:
         self.node = int(env.get("GROUP_RANK", env.get("CHAOS_NODE", "0")))
         self.restart = int(env.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.pid = os.getpid()
+        self._runner_pid = int(env.get("CHAOS_RUNNER_PID", "0") or 0)
         self._seq = 0
         self._exited = False
         self._last_step: int | None = None
@@ -133,9 +135,27 @@ class Probe:
         if os.path.exists(go):
             return
         self.emit("gate_reached", gate=gate, event=kind, gate_step=step)
+        next_check = time.monotonic() + RUNNER_CHECK_S
         while not os.path.exists(go):
             time.sleep(GATE_POLL_S)
+            if time.monotonic() >= next_check:
+                next_check += RUNNER_CHECK_S
+                if not self._runner_alive():
+                    # the runner died (e.g. SIGKILL) and will never open the gate: do not outlive it
+                    self.exit("error", error="chaos runner gone while waiting at a gate")
+                    os._exit(70)
         self.emit("gate_passed", gate=gate)
+
+    def _runner_alive(self) -> bool:
+        if not self._runner_pid:
+            return True
+        try:
+            os.kill(self._runner_pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
 
     def step(
         self,
@@ -181,7 +201,8 @@ class Probe:
         self.emit("checkpoint_load_failed", path=path, error=error, **fields)
 
     def exit(self, status: str = "ok", **fields: Any) -> None:
-        """Record the process's end (``status`` ``ok`` or ``error``). Called once; also at exit."""
+        """Record the process's end: ``status`` is ``ok`` (the target says it finished), ``error``
+        (an uncaught exception) or ``exited`` (the interpreter exited without saying). Once only."""
         if not self.enabled or self._exited:
             return
         self._exited = True
@@ -190,7 +211,8 @@ class Probe:
             self._file.flush()
 
     def _atexit(self) -> None:
-        self.exit("ok")
+        # reached when the interpreter exits without the target calling exit(): clean or sys.exit(n)
+        self.exit("exited")
 
     def _excepthook(self, exc_type: Any, exc: BaseException, tb: Any) -> None:
         self.exit("error", error=f"{exc_type.__name__}: {exc}"[:2000])
