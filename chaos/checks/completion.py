@@ -5,14 +5,19 @@ from __future__ import annotations
 from chaos.checks.base import CheckContext, Verdict, check
 from chaos.history import Event, History
 
-# Known failure signatures in a worker's last error → what it means and the fix.
-KNOWN_ERRORS = {
-    "connectFullMesh": (
-        "restarted gloo workers could not connect to their peers — on torch 2.x, workers that reuse the "
-        "rendezvous TCP store connect to a dead rank's old port after a restart (pytorch/pytorch#135712); "
-        "set backend.share_rdzv_tcp_store: false (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)"
-    ),
-}
+CONNECT_HINT = ("restarted gloo workers could not connect to their peers: after a restart they dial a dead "
+                "rank's old port (pytorch/pytorch#135712)")
+
+
+def _connect_hint(history: History) -> str:
+    start = history.first("run_start")
+    backend = (start or {}).get("backend") or {}
+    if backend.get("rdzv_backend") == "static":
+        return CONNECT_HINT + "; static rendezvous reuses the master's store across restarts: use rdzv_backend: c10d"
+    if backend.get("share_rdzv_tcp_store"):
+        return CONNECT_HINT + ("; this run shares the rendezvous TCP store with the workers: set "
+                               "backend.share_rdzv_tcp_store: false (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)")
+    return CONNECT_HINT
 
 
 def _last_errors(history: History, limit: int = 2) -> list[str]:
@@ -25,8 +30,9 @@ def _last_errors(history: History, limit: int = 2) -> list[str]:
 
 
 def _hints(history: History) -> list[str]:
+    """What known failure signatures in the workers' errors mean, and the fix."""
     text = " ".join(str(e.get("error", "")) for e in history.probe("exit", "checkpoint_load_failed"))
-    return [hint for key, hint in KNOWN_ERRORS.items() if key in text]
+    return [_connect_hint(history)] if "connectFullMesh" in text else []
 
 
 def _stalled_incarnations(history: History) -> list[str]:

@@ -13,6 +13,15 @@ def _ckpt(path: str | None) -> str:
     return os.path.basename(path) if path else "?"
 
 
+def _first_error(history: History, r: Restore) -> str:
+    for rec in r.ranks.values():
+        for s in rec.false_starts:
+            for e in history.of_pid(s["pid"], "exit"):
+                if e.get("error"):
+                    return str(e["error"])[:120]
+    return "no error recorded"
+
+
 def _rank_problems(r: Restore) -> tuple[list[str], list[dict]]:
     problems: list[str] = []
     examples: list[dict] = []
@@ -31,11 +40,15 @@ def _rank_problems(r: Restore) -> tuple[list[str], list[dict]]:
             if rec.load_begin is not None:
                 problems.append(f"{who} began loading {rec.load_begin['path']} and never finished")
                 examples.append(rec.load_begin)
+            elif rec.first_step is None:
+                err = f": {str(rec.exit.get('error'))[:160]}" if rec.exit and rec.exit.get("error") else ""
+                problems.append(f"{who} never loaded a checkpoint or completed a step{err}")
+                examples.append(rec.exit or rec.start)
             elif expected is not None:
-                first = rec.first_step["step"] if rec.first_step else None
+                first = rec.first_step["step"]
                 problems.append(
                     f"{who} loaded no checkpoint although {_ckpt(expected['path'])} (step {expected['step']}) "
-                    f"was durable; it started over" + (f" at step {first}" if first is not None else "")
+                    f"was durable; it started over at step {first}"
                 )
                 examples.append(rec.start)
             elif rec.first_step is not None and rec.first_step["step"] != 1:
@@ -94,13 +107,16 @@ def restored_from_checkpoint(history: History, ctx: CheckContext) -> Verdict:
             problems.extend(f"after {r.label()}: {p}" for p in ps)
             examples.extend(ex)
             continue
+        false = sum(len(rec.false_starts) for rec in r.ranks.values())
+        note = (f" (after {false} worker start(s) that died before restoring: "
+                f"{_first_error(history, r)})") if false else ""
         if r.durable is None:
-            oks.append(f"after {r.label()} no checkpoint was durable yet; ranks {sorted(r.ranks)} started from step 1")
+            oks.append(f"after {r.label()} no checkpoint was durable yet; ranks {sorted(r.ranks)} started from step 1{note}")
         else:
             d = r.durable
             oks.append(
                 f"after {r.label()} ranks {sorted(r.ranks)} loaded {_ckpt(d['path'])} (step {d['step']}, digest "
-                f"{short(d['digest'])} = as saved) and resumed at step {d['step'] + 1}"
+                f"{short(d['digest'])} = as saved) and resumed at step {d['step'] + 1}{note}"
             )
     if problems:
         return Verdict(name, "failed", "; ".join(problems), events=examples[:5])

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from chaos.history import Event, History
 
 KILLING_FAULTS = ("kill",)
+RESTORE_KINDS = ("checkpoint_load_begin", "checkpoint_loaded", "checkpoint_load_failed", "step")
 
 
 @dataclass
@@ -15,6 +16,7 @@ class RankRecovery:
 
     rank: int
     start: Event
+    false_starts: list[Event] = field(default_factory=list)  # earlier processes that died before reaching the restore
     load_begin: Event | None = None
     loaded: Event | None = None
     load_failed: Event | None = None
@@ -69,8 +71,11 @@ def restores(history: History) -> list[Restore]:
             torn=torn,
         )
         for rank, starts in sorted(history.processes_started_after(tk, until).items()):
-            start = starts[0]
-            rec = RankRecovery(rank=rank, start=start)
+            # the first process of this rank that got as far as restoring (loading or stepping); the ones
+            # before it died on the way up (e.g. a failed rendezvous) and are kept as false starts
+            reached = [s for s in starts if history.of_pid(s["pid"], *RESTORE_KINDS)]
+            start = reached[0] if reached else starts[0]
+            rec = RankRecovery(rank=rank, start=start, false_starts=[s for s in starts if s["t"] < start["t"]])
             for e in history.of_pid(start["pid"]):
                 kind = e["kind"]
                 if kind == "checkpoint_load_begin" and rec.load_begin is None:

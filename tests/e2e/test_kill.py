@@ -118,3 +118,29 @@ def test_killing_the_agent_of_a_single_node_job_is_a_failed_run(chaos_run) -> No
     assert completes.status == "failed" and "node 0 exited -9" in completes.explanation
     assert result.verdict("faults_fired").ok
     assert_nothing_left(result)
+
+
+def test_static_rendezvous_restart_failure_is_a_clear_verdict(chaos_run) -> None:
+    # pytorch/pytorch#135712 under static rendezvous is a race: each restart either forms the group
+    # or dies in connectFullMesh. Either the restarts run out (a failed verdict naming the cause and
+    # the fix) or a later restart restores, and the verdict says how many worker starts died first.
+    result = chaos_run(SCENARIOS / "kill-worker-static-rdzv.yaml")
+    completes, restored = result.verdict("completes"), result.verdict("restored_from_checkpoint")
+    died = [e for e in result.events if e["kind"] == "exit" and "connectFullMesh" in str(e.get("error"))]
+    if not completes.ok:
+        assert "pytorch/pytorch#135712" in completes.explanation and "rdzv_backend: c10d" in completes.explanation
+        assert restored.status == "failed"
+    elif died:
+        assert restored.ok and "worker start(s) that died before restoring" in restored.explanation
+    assert result.wall_time_s < result.scenario.deadline_s + 15
+    assert_nothing_left(result)
+
+
+def test_two_nodes_lose_one_and_restore(chaos_run) -> None:
+    result = chaos_run(SCENARIOS / "kill-worker.yaml", overrides={
+        "backend": {"nodes": 2, "nproc_per_node": 1},
+        "schedule": [{"fault": "kill", "select": {"node": 1}, "trigger": {"at_step": 25}}],
+        "checks": ["completes", "restored_from_checkpoint", "equivalent_to_reference", "progress_lost"]})
+    result.assert_ok()
+    assert len([e for e in result.events if e["kind"] == "agent_start"]) == 2
+    assert_nothing_left(result)

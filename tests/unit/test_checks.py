@@ -445,3 +445,15 @@ def test_restored_names_a_torn_rewrite_of_a_path_that_was_saved_before():
     v = judge("restored_from_checkpoint", events)
     assert v.status == "failed"
     assert f"failed to load {ckpt(20)}" in v.explanation and "a torn checkpoint" in v.explanation
+
+
+def test_restored_judges_the_first_process_that_reached_the_restore_and_counts_false_starts():
+    events = before_kill()
+    error = "RuntimeError: Gloo connectFullMesh failed"
+    for rank, pid in enumerate((150, 151)):  # restart 1 dies in rendezvous, before loading anything
+        events += [start(rank, pid, 1, 4.0), probe("exit", rank, pid, 1, 4.1, status="error", error=error)]
+    events += restart_and_load({0: 20, 1: 20}, t=5.0)
+    events += [*train(NEW, 2, 6.0, 21, STEPS), *finish(NEW, 2, 7.0)]
+    v = judge("restored_from_checkpoint", events)
+    assert v.status == "ok", v.explanation
+    assert "after 2 worker start(s) that died before restoring: RuntimeError: Gloo connectFullMesh" in v.explanation
