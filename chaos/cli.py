@@ -1,7 +1,7 @@
 """The ``chaos`` command: a thin shell over the library.
 
 Exit codes: 0 every check ok · 1 a check failed or could not tell · 2 bad input (scenario,
-arguments, missing capability) · 130 interrupted.
+arguments, missing capability) · 130 interrupted by SIGINT (Ctrl-C) · 143 by SIGTERM.
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             console.print(str(exc), markup=False)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
+        Console(stderr=True).print("[yellow]interrupted[/] before the run began (during the reference run); "
+                                   "nothing was left running")
         return EXIT_INTERRUPTED
 
 

@@ -103,7 +103,13 @@ class ReferenceCache:
                 return cached, f"cached reference {key}"
             runs = self.root / key / "runs"
             shutil.rmtree(runs, ignore_errors=True)
-            result = run(reference_scenario(scenario), runs)
+            try:
+                result = run(reference_scenario(scenario), runs)
+            except BaseException:  # interrupted: leave no half-made reference behind
+                shutil.rmtree(self.root / key, ignore_errors=True)
+                raise
+            # keep the reference's journal and logs, not its checkpoints
+            shutil.rmtree(result.run_dir / "checkpoints", ignore_errors=True)
             if not result.ok:
                 why = "; ".join(f"{v.check}: {v.explanation}" for v in result.verdicts if not v.ok)
                 return None, f"the reference run failed ({result.run_dir}): {why}"

@@ -63,6 +63,7 @@ class RunResult:
     reference: Reference | None = None
     reference_note: str = ""
     events: list[Event] = field(default_factory=list, repr=False)
+    signal: str | None = None  # the signal that interrupted the run, if one did
 
     @property
     def ok(self) -> bool:
@@ -79,9 +80,9 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        """0 every check ok, 1 a check failed or could not tell, 130 interrupted."""
+        """0 every check ok, 1 a check failed or could not tell, 128+N interrupted by signal N."""
         if self.interrupted:
-            return 130
+            return 128 + int(signal.Signals[self.signal or "SIGINT"])
         return 0 if self.ok else 1
 
     def verdict(self, check: str) -> Verdict:
@@ -262,6 +263,7 @@ class _Run:
         s = self.scenario
         t_start = time.time()
         status = "completed"
+        signame: str | None = None
         handlers = _install_signal_handlers()
         try:
             self.nemesis.heal_before()
@@ -288,7 +290,7 @@ class _Run:
                 time.sleep(POLL_S)
             self._pump()
         except _Interrupted as exc:
-            status = "interrupted"
+            status, signame = "interrupted", exc.signame
             self._notify([self.log.record("interrupted", signal=exc.signame)])
         finally:
             _ignore_signals()
@@ -304,7 +306,8 @@ class _Run:
                 _restore_signal_handlers(handlers)
         events = merge_run_dir(self.run_dir)
         verdicts = judge(events, s, ref)
-        result = RunResult(s, self.run_id, self.run_dir, status, verdicts, time.time() - t_start, ref, note, events)
+        result = RunResult(s, self.run_id, self.run_dir, status, verdicts, time.time() - t_start, ref, note, events,
+                           signame)
         (self.run_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1, default=str))
         return result
 

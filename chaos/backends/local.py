@@ -18,6 +18,8 @@ from chaos.scenario import LocalBackendSpec
 
 TERM_GRACE_S = 3.0
 # torchrun's line for a failed worker: "failed (exitcode: -9) local_rank: 1 (pid: 2643) of binary: ..."
+# lines worth quoting from a failed agent's log: exceptions and argparse errors of the workers
+ERROR_LINE_RE = re.compile(r"^(?:\[rank\d+\]: )?(?:[\w.]*(?:Error|Exception)\b.*|\S+\.py: error: .*)$")
 EXITCODE_RE = re.compile(rb"exitcode: (-?\d+)\)? local_rank: (\d+) \(pid: (\d+)\)")
 
 
@@ -52,6 +54,7 @@ class LocalBackend:
             f"--nproc-per-node={s.nproc_per_node}",
             f"--max-restarts={s.max_restarts}",
             f"--monitor-interval={s.monitor_interval_s}",
+            f"--log-dir={self.run_dir / 'logs' / 'torchelastic'}",  # not /tmp/torchelastic_*
         ]
         if s.rdzv_backend == "c10d":
             args += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{self.port}", f"--rdzv-id={self.run_id}"]
@@ -85,7 +88,11 @@ class LocalBackend:
             code = proc.poll()
             if code is not None and node not in self._reported:
                 self._reported.add(node)
-                self.log.record("agent_exit", node=node, pid=proc.pid, exit_code=code)
+                extra = {}
+                if code != 0:
+                    log = self.run_dir / "logs" / f"agent-node{node}.log"
+                    extra = {"log": str(log), "log_tail": " | ".join(error_lines(log))}
+                self.log.record("agent_exit", node=node, pid=proc.pid, exit_code=code, **extra)
                 out.append((node, code))
         return out
 
@@ -144,6 +151,23 @@ class LocalBackend:
         if killed:
             self.log.record("teardown_killed", pids=killed)
         self.poll()
+
+
+def error_lines(log: Path, limit: int = 2) -> list[str]:
+    """The last ``limit`` distinct error lines of a log (worker exceptions, argparse errors)."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    found: list[str] = []
+    for line in reversed(lines):
+        line = line.strip()
+        quoted = ERROR_LINE_RE.match(line) and "ChildFailedError" not in line and "SignalException" not in line
+        if quoted and line[:300] not in found:
+            found.append(line[:300])
+        if len(found) >= limit:
+            break
+    return list(reversed(found))
 
 
 def run_processes(run_id: str) -> list[psutil.Process]:

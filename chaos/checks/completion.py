@@ -21,12 +21,41 @@ def _connect_hint(history: History) -> str:
 
 
 def _last_errors(history: History, limit: int = 2) -> list[str]:
-    errors = [e for e in history.probe("exit") if e.get("status") == "error"]
+    """The last worker errors that are not collateral damage of an injected fault.
+
+    A worker that was running when a fault hit (its peers' collectives fail with "Connection closed
+    by peer") is expected to error; the errors worth naming are those of processes started later.
+    """
+    faults = history.faults()
+    after = faults[-1]["t"] if faults else 0.0
+    started = {e["pid"]: e["t"] for e in history.probe("start")}
+    errors = [e for e in history.probe("exit") if e.get("status") == "error" and started.get(e["pid"], 0.0) > after]
     out = []
     for e in errors[-limit:]:
         out.append(f"rank {e['rank']} (restart {e.get('restart')}) failed at step {e.get('last_step')}: "
-                   f"{str(e.get('error', '?'))[:160]}")
+                   f"{str(e.get('error', '?'))[:300]}")
     return out
+
+
+def _log_tails(history: History) -> list[str]:
+    return [f"node {e['node']} agent log ({e.get('log')}) says: {e['log_tail']}"
+            for e in history.of("agent_exit") if e.get("exit_code") and e.get("log_tail")]
+
+
+def _reached(history: History) -> dict[int, int]:
+    """rank → the highest step any of its processes completed (step and final events)."""
+    out: dict[int, int] = {}
+    for e in history.probe("step", "final"):
+        if e.get("step") is not None:
+            out[e["rank"]] = max(out.get(e["rank"], 0), e["step"])
+    return out
+
+
+def _aborted_after_clean_exit(history: History) -> list[str]:
+    clean = {e["pid"] for e in history.probe("exit") if e.get("status") == "ok"}
+    return [f"rank {e['rank']} (restart {e.get('restart')}) died with exit code {e['exit_code']} after reporting a "
+            f"clean exit" for e in history.of("worker_exit")
+            if e["pid"] in clean and e.get("exit_code") not in (0, None)]
 
 
 def _hints(history: History) -> list[str]:
@@ -70,7 +99,6 @@ def _progress(history: History) -> str:
 @check("the job ran to its last step and every agent exited 0 within the deadline")
 def completes(history: History, ctx: CheckContext) -> Verdict:
     name = "completes"
-    examples: list[Event] = []
     interrupted = history.first("interrupted")
     if interrupted is not None:
         return Verdict(name, "failed", f"the run was interrupted ({interrupted.get('signal', 'signal')}) "
@@ -88,21 +116,32 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
     bad = [e for e in exits if e.get("exit_code") != 0]
     if bad:
         codes = ", ".join(f"node {e['node']} exited {e['exit_code']}" for e in bad)
-        parts = [f"torchrun agent failed: {codes}; {_progress(history)}"] + _last_errors(history) + _hints(history)
+        parts = [f"torchrun agent failed: {codes}; {_progress(history)}"]
+        parts += _aborted_after_clean_exit(history) + _last_errors(history) + _hints(history) + _log_tails(history)
         return Verdict(name, "failed", "; ".join(parts), events=bad[:3])
-    finals = [e for e in history.probe("exit") if e.get("status") in ("ok", "exited")]
-    last_steps = {e["rank"]: e.get("last_step") for e in finals}
-    short = {r: s for r, s in last_steps.items() if s != ctx.steps}
-    if not finals or len(last_steps) < ctx.world_size or short:
-        missing = sorted(set(range(ctx.world_size)) - set(last_steps))
-        examples = finals[:3]
-        what = (f"ranks {missing} never exited cleanly" if missing else
-                f"ranks ended short of step {ctx.steps}: {short}")
-        return Verdict(name, "failed", f"agents exited 0 but {what}; {_progress(history)}", events=examples)
+    reached = _reached(history)
+    short = {r: reached.get(r) for r in range(ctx.world_size) if reached.get(r) != ctx.steps}
+    if short:
+        what = ", ".join(f"rank {r} reached {'no step' if s is None else f'step {s}'}" for r, s in sorted(short.items()))
+        return Verdict(name, "failed", f"agents exited 0 but not every rank reached step {ctx.steps}: {what}",
+                       events=exits[:2])
+    last: dict[int, Event] = {}
+    for e in history.probe("start"):
+        last[e["rank"]] = e
+    unclean = []
+    for rank, start in sorted(last.items()):
+        ends = history.of_pid(start["pid"], "exit")
+        if not ends or ends[-1].get("status") == "error":
+            unclean.append(f"rank {rank} (pid {start['pid']})" + (f": {ends[-1].get('error')}" if ends else ""))
+    if unclean:
+        return Verdict(name, "failed", f"agents exited 0 but the last worker of {'; '.join(unclean)} did not exit "
+                       "cleanly", events=exits[:2])
     acc = [e.get("accuracy") for e in history.probe("eval")]
     tail = f"; final test accuracy {acc[-1]:.4f}" if acc and acc[-1] is not None else ""
-    return Verdict(name, "ok", f"{len(exits)} agent(s) exited 0; ranks {sorted(last_steps)} finished step "
-                   f"{ctx.steps}{tail}", events=exits[:2])
+    notes = _aborted_after_clean_exit(history)
+    note = f"; note: {'; '.join(notes)}" if notes else ""
+    return Verdict(name, "ok", f"{len(exits)} agent(s) exited 0; ranks {sorted(reached)} reached step "
+                   f"{ctx.steps}{tail}{note}", events=exits[:2])
 
 
 @check("every scheduled fault fired (a run that could not fire one says so)")

@@ -49,10 +49,14 @@ def equivalent_to_reference(history: History, ctx: CheckContext) -> Verdict:
     if missing:
         parts.append(f"ranks {missing} recorded no final parameters")
     steps = step_digests(history)
-    first = next((s for s in sorted(steps) if s in ref.step_digests and steps[s] != ref.step_digests[s]), None)
+    common = [s for s in sorted(steps) if s in ref.step_digests]
+    first = next((s for s in common if steps[s] != ref.step_digests[s]), None)
     if first is not None:
-        loads = [e for e in history.probe("checkpoint_loaded") if e["rank"] == 0]
-        after = [e["step"] for e in loads if e["step"] < first]
-        where = f", {first - after[-1]} step(s) after the restore from step {after[-1]}" if after else ""
-        parts.append(f"rank 0 first diverged at step {first}{where}")
+        same = [s for s in common if s < first]
+        loads = [e["step"] for e in history.probe("checkpoint_loaded") if e["rank"] == 0 and e["step"] < first]
+        since = max([*same[-1:], *loads[-1:]], default=0)  # equal to the reference (compared, or restored) here
+        where = f"at step {first}" if since == first - 1 else f"between step {since + 1} and step {first}"
+        tail = f", after the restore from step {loads[-1]}" if loads else ""
+        note = "" if since == first - 1 else " (the target records a digest every few steps)"
+        parts.append(f"rank 0 first diverged from the reference {where}{tail}{note}")
     return Verdict(name, "failed", "; ".join(parts))

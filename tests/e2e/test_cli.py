@@ -90,7 +90,7 @@ def test_interrupting_a_run_heals_and_leaves_no_process(tmp_path: Path, signum: 
     assert run_dir is not None, "the job never started stepping"
     proc.send_signal(signum)
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130, out
+    assert proc.returncode == 128 + signum, out
     journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
     assert any(e["kind"] == "interrupted" and e["signal"] == signal.Signals(signum).name for e in journal)
     assert journal[-1]["kind"] in ("run_end", "agent_exit") or any(e["kind"] == "run_end" for e in journal)

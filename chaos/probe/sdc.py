@@ -1,0 +1,179 @@
+"""Silent data corruption injected inside the target: gradient and parameter faults.
+
+The runner passes the scenario's in-process faults to every worker in ``$CHAOS_SDC`` (a JSON list);
+the :class:`Injector` applies the ones that name this rank, at the steps they name, and records an
+``sdc_inject`` event with exactly what it changed (parameter, flat indices, old and new values).
+
+Where a gradient fault lands:
+  ``local``   on this rank's own gradient, before DDP's all-reduce (a tensor hook on the parameter),
+              so every replica receives the corruption through the average;
+  ``replica`` on this rank's gradient after the all-reduce (call :meth:`Injector.after_backward`),
+              so only this replica applies it and the replicas diverge.
+A parameter fault flips a bit of a weight in memory after the optimizer step
+(:meth:`Injector.after_step`).
+
+A fault with ``steps: N`` fires on N step executions (persistent); ``steps: 1`` is transient. A step
+executed again after a rollback counts as a new execution, so a transient fault does not come back.
+The injector draws its choices from its own seeded ``random.Random`` and never touches torch's RNG,
+so injecting does not change the job's data order or dropout masks.
+
+Usage in a training loop::
+
+    inj = sdc.Injector.from_env(probe.get(), ddp_model)
+    inj.begin_step(step)
+    loss.backward()          # local faults land here, through the parameter hooks
+    inj.after_backward()     # replica faults
+    opt.step()
+    inj.after_step()         # parameter faults
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from chaos.probe import Probe
+
+BITS = {"sign": 31, "exponent": 30, "mantissa": 0}
+MODES = ("bitflip", "nan", "inf", "scale", "noise")
+
+
+@dataclass
+class SdcFault:
+    """One in-process fault, as the runner passes it (see ``chaos.scenario.GradientFault``)."""
+
+    id: str
+    kind: str  # "gradient" or "parameter"
+    rank: int
+    step: int
+    steps: int = 1
+    mode: str = "bitflip"
+    bit: int = BITS["exponent"]
+    where: str = "replica"
+    param: str | None = None
+    elements: int = 1
+    fraction: float | None = None
+    factor: float = 1000.0
+    magnitude: float = 0.1
+    fired: int = 0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SdcFault:
+        data = dict(data)
+        bit = data.get("bit", "exponent")
+        data["bit"] = BITS[bit] if isinstance(bit, str) else int(bit)
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def _flip(values: torch.Tensor, bit: int) -> torch.Tensor:
+    if values.dtype != torch.float32:
+        raise TypeError(f"bitflip supports float32 tensors, got {values.dtype}")
+    mask = torch.tensor(-(1 << 31) if bit == 31 else (1 << bit), dtype=torch.int32)
+    return (values.view(torch.int32) ^ mask).view(torch.float32)
+
+
+class Injector:
+    """Applies this rank's SDC faults. Every method is a no-op when there is nothing to inject."""
+
+    def __init__(self, probe: Probe, model: torch.nn.Module, faults: list[SdcFault]) -> None:
+        self.probe = probe
+        self.rank = probe.rank
+        module = getattr(model, "module", model)
+        self.params: dict[str, torch.nn.Parameter] = dict(module.named_parameters())
+        self.faults = [f for f in faults if f.rank == self.rank]
+        self.step = 0
+        self.execution = 0
+        self._done: set[tuple[str, int]] = set()  # (fault id, execution) already injected
+        for name, p in self.params.items():
+            if any(f.kind == "gradient" and f.where == "local" for f in self.faults):
+                p.register_hook(self._local_hook(name))
+
+    @classmethod
+    def from_env(cls, probe: Probe, model: torch.nn.Module) -> Injector:
+        """The injector for ``$CHAOS_SDC`` (empty outside a chaos run)."""
+        raw = os.environ.get("CHAOS_SDC", "[]") if probe.enabled else "[]"
+        return cls(probe, model, [SdcFault.from_json(f) for f in json.loads(raw)])
+
+    def begin_step(self, step: int) -> None:
+        """Step ``step`` (1-based) begins; call before its forward pass."""
+        self.step = step
+        self.execution += 1
+
+    def _due(self, kind: str, where: str | None = None) -> list[SdcFault]:
+        return [
+            f for f in self.faults
+            if f.kind == kind and (where is None or f.where == where) and f.fired < f.steps
+            and self.step >= f.step and (f.id, self.execution) not in self._done
+        ]
+
+    def _local_hook(self, name: str) -> Any:
+        def hook(grad: torch.Tensor) -> torch.Tensor | None:
+            for f in self._due("gradient", "local"):
+                if self._target_name(f) == name:
+                    grad = grad.clone()
+                    self._corrupt(f, name, grad)
+                    return grad
+            return None
+
+        return hook
+
+    def after_backward(self) -> None:
+        """Apply ``replica`` gradient faults (after DDP's all-reduce, before the optimizer step)."""
+        for f in self._due("gradient", "replica"):
+            name = self._target_name(f)
+            grad = self.params[name].grad
+            if grad is not None:
+                self._corrupt(f, name, grad)
+
+    def after_step(self) -> None:
+        """Apply parameter faults (after the optimizer step)."""
+        for f in self._due("parameter"):
+            name = self._target_name(f)
+            with torch.no_grad():
+                self._corrupt(f, name, self.params[name].data)
+
+    def _rng(self, f: SdcFault) -> random.Random:
+        return random.Random(f"{f.id}:{f.fired}:{self.rank}")
+
+    def _target_name(self, f: SdcFault) -> str:
+        if f.param is not None:
+            return f.param
+        names = sorted(self.params)
+        return names[self._rng(f).randrange(len(names))]
+
+    def _corrupt(self, f: SdcFault, name: str, tensor: torch.Tensor) -> None:
+        rng = self._rng(f)
+        flat = tensor.view(-1)
+        count = max(1, round(f.fraction * flat.numel())) if f.fraction is not None else min(f.elements, flat.numel())
+        indices = sorted(rng.sample(range(flat.numel()), count)) if count < flat.numel() else list(range(flat.numel()))
+        idx = torch.tensor(indices, dtype=torch.long)
+        old = flat[idx].clone()
+        if f.mode == "bitflip":
+            new = _flip(old, f.bit)
+        elif f.mode == "nan":
+            new = torch.full_like(old, math.nan)
+        elif f.mode == "inf":
+            new = torch.full_like(old, math.inf)
+        elif f.mode == "scale":
+            new = old * f.factor
+        elif f.mode == "noise":
+            noise = torch.tensor([rng.gauss(0.0, 1.0) for _ in indices], dtype=old.dtype)
+            new = old * (1 + f.magnitude * noise)
+        else:
+            raise ValueError(f"unknown SDC mode {f.mode!r}; use one of {MODES}")
+        flat[idx] = new
+        f.fired += 1
+        self._done.add((f.id, self.execution))
+        shown = min(len(indices), 8)
+        self.probe.emit(
+            "sdc_inject", step=self.step, fault_id=f.id, fault=f.kind, mode=f.mode, where=f.where if f.kind == "gradient"
+            else "parameter", param=name, elements=len(indices), indices=indices[:shown],
+            old=[float(v) for v in old[:shown]], new=[float(v) for v in new[:shown]],
+            bit=f.bit if f.mode == "bitflip" else None, injection=f.fired, of=f.steps,
+        )
