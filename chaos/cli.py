@@ -79,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_json(), indent=1, default=str))
         return result.exit_code
     console = Console()
-    console.print(f"[bold]{scenario.name}[/]: {scenario.description or ''}")
+    console.print(f"[bold]{scenario.name}[/]" + (f": {scenario.description}" if scenario.description else ""))
     for entry in scenario.schedule:
         console.print(f"  schedule: {entry.describe()}")
     with LiveProgress(console, scenario.target.steps, scenario.world_size) as live:
@@ -138,6 +138,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     console = Console()
+    if not scenarios:
+        console.print(f"[yellow]no scenario files in {args.scenarios_dir.resolve()}[/]; "
+                      "run from the repository or pass --scenarios-dir DIR")
+        del data["scenarios"]
     for section, rows in data.items():
         table = Table(title=section, show_header=False, expand=True)
         table.add_column(style="bold", no_wrap=True)

@@ -48,22 +48,31 @@ def scenario_from_dict(data: Any, source: str | Path | None = None, _node: Any =
     src = str(source) if source is not None else None
     if not isinstance(data, dict):
         raise ScenarioError(["the scenario must be a mapping with at least `name` and `target`"], src)
+    base_dir = Path(source).resolve().parent if source is not None else Path.cwd()
+    problems = semantic_problems(data, base_dir, _node)
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        problems = [_describe(err, _node, data) for err in exc.errors()]
-        raise ScenarioError(sorted(dict.fromkeys(problems), key=_line_key), src) from None
+        problems += [_describe(err, _node, data) for err in exc.errors()]
+    if problems:
+        raise ScenarioError(sorted(dict.fromkeys(problems), key=_line_key), src)
     if source is not None:
         scenario._source = Path(source).resolve()
-    problems = semantic_problems(scenario, _node)
-    if problems:
-        raise ScenarioError(sorted(problems, key=_line_key), src)
     return scenario
 
 
-def semantic_problems(scenario: Scenario, node: Any = None) -> list[str]:
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
     """Problems that need more than one field to see (a step past the job's end, a rank past the
-    world size, an unknown check, a missing script). Empty when the scenario is runnable."""
+    world size, an unknown check, a missing script), found on the raw data so that they are reported
+    together with type errors. Fields that are themselves invalid are skipped here."""
     from chaos.checks import CHECKS
 
     out: list[str] = []
@@ -72,73 +81,94 @@ def semantic_problems(scenario: Scenario, node: Any = None) -> list[str]:
         line = _line_of(node, loc)
         return f"line {line}: " if line else ""
 
-    script = scenario.script_path
-    if not script.is_file():
+    data = _dict(data)
+    target, backend = _dict(data.get("target")), _dict(data.get("backend"))
+    script = target.get("script")
+    if isinstance(script, str) and not (base_dir / script).is_file():
         out.append(
-            f"{at(('target', 'script'))}target.script={scenario.target.script!r} must be an existing file; "
-            f"resolved to {script}, which does not exist (paths are relative to the scenario file)"
+            f"{at(('target', 'script'))}target.script={script!r} must be an existing file; "
+            f"resolved to {(base_dir / script).resolve()}, which does not exist (paths are relative to the scenario file)"
         )
-    for i, arg in enumerate(scenario.target.args):
+    args = target.get("args")
+    for i, arg in enumerate(args if isinstance(args, list) else []):
         try:
-            arg.format(**{k: "" for k in ARG_PLACEHOLDERS})
+            str(arg).format(**{k: "" for k in ARG_PLACEHOLDERS})
         except (KeyError, IndexError, ValueError) as exc:
             out.append(
                 f"{at(('target', 'args', i))}target.args[{i}]={arg!r} has an unknown placeholder {exc}; "
                 f"use one of {{{'}, {'.join(ARG_PLACEHOLDERS)}}} (double the braces for a literal brace)"
             )
-    b = scenario.backend
-    steps = scenario.target.steps
-    for i, fault in enumerate(scenario.schedule):
-        loc = ("schedule", i)
-        trig = fault.trigger
-        if trig.at_step is not None and trig.at_step > steps:
+    steps = _int(target.get("steps"))
+    every = _int(target.get("checkpoint_every"))
+    nodes = _int(backend.get("nodes", 1))
+    nproc = _int(backend.get("nproc_per_node", 2))
+    world = nodes * nproc if nodes and nproc else None
+    deadline = data.get("deadline_s", 300.0)
+    schedule = data.get("schedule")
+    for i, fault in enumerate(schedule if isinstance(schedule, list) else []):
+        loc: tuple[Any, ...] = ("schedule", i)
+        fault = _dict(fault)
+        trig, sel = _dict(fault.get("trigger")), _dict(fault.get("select"))
+        at_step, at_time = _int(trig.get("at_step")), trig.get("at_time_s")
+        if at_step is not None and steps is not None and at_step > steps:
             out.append(
-                f"{at(loc + ('trigger', 'at_step'))}schedule[{i}].trigger.at_step={trig.at_step} must be at most "
+                f"{at(loc + ('trigger', 'at_step'))}schedule[{i}].trigger.at_step={at_step} must be at most "
                 f"target.steps={steps} (the job's last step); use a step in 1..{steps}"
             )
-        if trig.at_time_s is not None and trig.at_time_s >= scenario.deadline_s:
+        event = trig.get("on_event", "step")
+        if (at_step is not None and every and isinstance(event, str) and event.startswith("checkpoint_")
+                and at_step % every and at_step != steps):
             out.append(
-                f"{at(loc + ('trigger', 'at_time_s'))}schedule[{i}].trigger.at_time_s={trig.at_time_s:g} must be "
-                f"less than deadline_s={scenario.deadline_s:g}; use an earlier time or a longer deadline"
+                f"{at(loc + ('trigger', 'at_step'))}schedule[{i}].trigger.at_step={at_step} with on_event={event} "
+                f"can never fire: checkpoints are saved every {every} steps; use a multiple of {every}"
             )
-        if trig.rank is not None and trig.rank >= b.world_size:
+        if isinstance(at_time, int | float) and isinstance(deadline, int | float) and at_time >= deadline:
             out.append(
-                f"{at(loc + ('trigger', 'rank'))}schedule[{i}].trigger.rank={trig.rank} must be less than the world "
-                f"size {b.world_size}; use a rank in 0..{b.world_size - 1}"
+                f"{at(loc + ('trigger', 'at_time_s'))}schedule[{i}].trigger.at_time_s={at_time:g} must be "
+                f"less than deadline_s={deadline:g}; use an earlier time or a longer deadline"
             )
-        sel = fault.select
-        if sel.rank is not None and sel.rank >= b.world_size:
-            out.append(
-                f"{at(loc + ('select', 'rank'))}schedule[{i}].select.rank={sel.rank} must be less than the world "
-                f"size {b.world_size} (backend.nodes × backend.nproc_per_node); use a rank in 0..{b.world_size - 1}"
-            )
+        for key, where in (("rank", ("trigger", "rank")), ("rank", ("select", "rank"))):
+            value = _int((trig if where[0] == "trigger" else sel).get(key))
+            if value is not None and world is not None and value >= world:
+                out.append(
+                    f"{at(loc + where)}schedule[{i}].{where[0]}.rank={value} must be less than the world size "
+                    f"{world} (backend.nodes × backend.nproc_per_node); use a rank in 0..{world - 1}"
+                )
         for key in ("node", "agent"):
-            value = getattr(sel, key)
-            if value is not None and value >= b.nodes:
+            value = _int(sel.get(key))
+            if value is not None and nodes is not None and value >= nodes:
                 out.append(
                     f"{at(loc + ('select', key))}schedule[{i}].select.{key}={value} must be less than "
-                    f"backend.nodes={b.nodes}; use a node in 0..{b.nodes - 1}"
+                    f"backend.nodes={nodes}; use a node in 0..{nodes - 1}"
                 )
-    for i, check in enumerate(scenario.checks):
-        if check.name not in CHECKS:
-            hint = difflib.get_close_matches(check.name, CHECKS, n=1)
-            use = f"did you mean {hint[0]!r}? " if hint else ""
-            out.append(
-                f"{at(('checks', i))}checks[{i}]={check.name!r} is not a known check; {use}"
-                f"use one of: {', '.join(sorted(CHECKS))}"
-            )
+    checks = data.get("checks")
+    names: list[str] = []
+    for i, item in enumerate(checks if isinstance(checks, list) else []):
+        if isinstance(item, str):
+            name, params = item, {}
+        elif isinstance(item, dict) and len(item) == 1 and "name" not in item:
+            (name, params), = item.items()
+        elif isinstance(item, dict):
+            name, params = item.get("name"), item.get("params") or {}
         else:
-            problem = CHECKS[check.name].param_problem(check.params)
+            continue
+        if not isinstance(name, str):
+            continue
+        names.append(name)
+        if name not in CHECKS:
+            hint = difflib.get_close_matches(name, CHECKS, n=1)
+            use = f"did you mean {hint[0]!r}? " if hint else ""
+            out.append(f"{at(('checks', i))}checks[{i}]={name!r} is not a known check; {use}"
+                       f"use one of: {', '.join(sorted(CHECKS))}")
+        elif isinstance(params, dict):
+            problem = CHECKS[name].param_problem(params)
             if problem:
-                out.append(f"{at(('checks', i))}checks[{i}] ({check.name}): {problem}")
-    explicit = "checks" in scenario.model_fields_set
-    if explicit and any(c.name == "progress_lost" for c in scenario.checks) and scenario.target.checkpoint_every is None:
-        params = next(c.params for c in scenario.checks if c.name == "progress_lost")
-        if "max_steps" not in params:
-            out.append(
-                f"{at(('checks',))}checks: progress_lost needs target.checkpoint_every or "
-                "`progress_lost: {max_steps: N}`; add one of them"
-            )
+                out.append(f"{at(('checks', i))}checks[{i}] ({name}): {problem}")
+    if "checks" in data and "progress_lost" in names and every is None:
+        params = next((c["progress_lost"] for c in checks if isinstance(c, dict) and "progress_lost" in c), None)
+        if not (isinstance(params, dict) and "max_steps" in params):
+            out.append(f"{at(('checks',))}checks: progress_lost needs target.checkpoint_every or "
+                       "`progress_lost: {max_steps: N}`; add one of them")
     return out
 
 

@@ -49,7 +49,7 @@ class LiveProgress:
         kind = e["kind"]
         if kind == "reference_begin":
             self.in_reference = True
-            self._say(e["t"], "reference: fault-free run of the same job (cached after the first time) …")
+            self._say(e["t"], "reference: a fault-free run of the same job")
             return
         if kind == "reference_end":
             self.in_reference = False

@@ -95,7 +95,8 @@ def chaos_run(request: pytest.FixtureRequest) -> ChaosRun:
     """Run a scenario and return its :class:`~chaos.runner.RunResult`.
 
     ``chaos_run(scenario, overrides=None, extra_args=(), deadline_s=None)`` where ``scenario`` is a
-    path to a YAML file, a :class:`~chaos.scenario.Scenario`, or a dict of scenario data.
+    path to a YAML file (a relative path is looked up in the working directory, then in pytest's
+    rootdir), a :class:`~chaos.scenario.Scenario`, or a dict of scenario data.
     ``overrides`` is merged into the scenario's data (dicts merge, other values replace);
     ``extra_args`` are appended to the target's arguments (e.g. ``["--broken", "non-atomic-save"]``).
     Raises :class:`~chaos.errors.ScenarioError` for an invalid scenario. Assert with
@@ -110,6 +111,10 @@ def chaos_run(request: pytest.FixtureRequest) -> ChaosRun:
         backend = config.getoption("--chaos-backend")
         if backend:
             overrides = {**(overrides or {}), "backend": {**(overrides or {}).get("backend", {}), "kind": backend}}
+        if isinstance(scenario, str | Path) and not Path(scenario).is_absolute() and not Path(scenario).exists():
+            # a relative path: from the working directory, else from pytest's rootdir
+            candidate = Path(config.rootpath) / scenario
+            scenario = candidate if candidate.exists() else scenario
         s = _resolve(scenario, overrides, list(extra_args))
         result = run_scenario(s, _runs_dir(config), reference=_reference(config), deadline_s=deadline_s)
         results.append(result)

@@ -96,10 +96,11 @@ class CheckDef:
                 return f"{key!r} is not a parameter of {self.name}; its parameters: {known}"
             want = self.params[key]
             accepted: tuple[type, ...] = (int, float) if want is float else (want,)
+            kind = "number" if want is float else "whole number" if want is int else want.__name__
             if not isinstance(value, accepted) or isinstance(value, bool):
-                return f"{key}={value!r} must be a {want.__name__}"
+                return f"{key}={value!r} must be a {kind}; use one such as 10 instead"
             if isinstance(value, int | float) and value < 0:
-                return f"{key}={value!r} must be ≥ 0"
+                return f"{key}={value!r} must be ≥ 0; use a non-negative {kind}"
         return None
 
 

@@ -126,3 +126,23 @@ def test_from_dict_resolves_relative_to_cwd_without_source() -> None:
     assert s.script_path == Path(TARGET)
     assert s.backend.kind == "local" and s.world_size == 2
     assert s.check_names()[0] == "completes"
+
+
+def test_type_errors_and_cross_field_problems_are_reported_together(tmp_path: Path) -> None:
+    ps = problems(tmp_path, f"""name: bad
+target:
+  script: {TARGET}
+  steps: 100
+  checkpoint_every: 10
+backend: {{nproc_per_node: two}}
+schedule:
+  - fault: kill
+    select: {{rank: 0}}
+    trigger: {{at_step: 25, on_event: checkpoint_write}}
+checks: [completes, restored_from_chekpoint, {{recovery_time: {{max_s: fast}}}}]
+""")
+    text = "\\n".join(ps)
+    assert "line 6: backend.nproc_per_node='two' must be a whole number" in text
+    assert "line 10: schedule[0].trigger.at_step=25 with on_event=checkpoint_write can never fire" in text
+    assert "line 11: checks[1]='restored_from_chekpoint' is not a known check" in text
+    assert "max_s='fast' must be a number; use one such as 10 instead" in text
