@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from chaos.errors import ScenarioError
 from chaos.scenario import ARG_PLACEHOLDERS, Scenario
 
-FAULT_NAMES = ("kill",)
+FAULT_NAMES = ("kill", "gradient", "parameter")
 BACKEND_NAMES = ("local",)
 PLANNED_BACKENDS = {"docker": "issue 3", "netns": "issue 3"}
 
@@ -143,6 +143,8 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
                 )
     checks = data.get("checks")
     names: list[str] = []
+    name: Any
+    params: Any
     for i, item in enumerate(checks if isinstance(checks, list) else []):
         if isinstance(item, str):
             name, params = item, {}
@@ -165,8 +167,8 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
             if problem:
                 out.append(f"{at(('checks', i))}checks[{i}] ({name}): {problem}")
     if "checks" in data and "progress_lost" in names and every is None:
-        params = next((c["progress_lost"] for c in checks if isinstance(c, dict) and "progress_lost" in c), None)
-        if not (isinstance(params, dict) and "max_steps" in params):
+        lost = next((c["progress_lost"] for c in checks if isinstance(c, dict) and "progress_lost" in c), None)
+        if not (isinstance(lost, dict) and "max_steps" in lost):
             out.append(f"{at(('checks',))}checks: progress_lost needs target.checkpoint_every or "
                        "`progress_lost: {max_steps: N}`; add one of them")
     return out

@@ -53,8 +53,10 @@ class Nemesis:
         control_dir.mkdir(parents=True, exist_ok=True)
         self.planned: list[Planned] = []
         for i, spec in enumerate(scenario.schedule):
-            gate = f"g{i}" if spec.trigger.at_step is not None else None
-            self.planned.append(Planned(i, build_fault(spec, i), spec, gate))
+            fault = build_fault(spec, i)
+            in_process = getattr(fault, "in_process", False)
+            gate = f"g{i}" if spec.trigger.at_step is not None and not in_process else None
+            self.planned.append(Planned(i, fault, spec, gate))
         self.t0: float | None = None
         self.closed = False  # after heal_all nothing fires any more
 
@@ -65,6 +67,10 @@ class Nemesis:
             for p in self.planned if p.gate is not None
         ]
 
+    def sdc_faults(self) -> list[dict[str, Any]]:
+        """The in-process faults for the probe (``CHAOS_SDC``)."""
+        return [p.fault.sdc_json() for p in self.planned if getattr(p.fault, "in_process", False)]  # type: ignore[attr-defined]
+
     def schedule_summary(self) -> list[dict[str, Any]]:
         return [{"id": p.id, "fault": p.spec.fault, "description": p.fault.describe()} for p in self.planned]
 
@@ -72,14 +78,35 @@ class Nemesis:
         """The job was launched at ``t0`` (Unix time): the origin of ``at_time_s`` triggers."""
         self.t0 = t0
 
-    def observe(self, event: Event) -> None:
+    def observe(self, event: Event) -> Event | None:
+        """Take note of a probe event; returns the runner event it caused, if any."""
+        if event.get("kind") == "sdc_inject":
+            for p in self.planned:
+                if p.id == event.get("fault_id"):
+                    if p.fired_at is None:
+                        p.fired_at, p.healed = event["t"], True
+                    details = {k: event.get(k) for k in ("mode", "where", "param", "elements", "indices", "old", "new",
+                                                          "bit", "injection", "of")}
+                    return self.log.record("fault_inject", fault_id=p.id, fault=p.spec.fault,
+                                           description=p.fault.describe(), step=event.get("step"),
+                                           ranks=[event.get("rank")], pids=[event.get("pid")], in_process=True,
+                                           **details)
+            return None
+        if event.get("kind") == "sdc_fault_invalid":
+            for p in self.planned:
+                if p.id == event.get("fault_id") and p.failed is None:
+                    p.failed = event.get("reason", "the probe rejected it")
+                    return self.log.record("fault_not_fired", fault_id=p.id, description=p.fault.describe(),
+                                           reason=p.failed)
+            return None
         if event.get("kind") != "gate_reached":
-            return
+            return None
         for p in self.planned:
             if p.gate == event.get("gate"):
                 p.arrived.add(event["rank"])
                 if p.arrived_at is None:
                     p.arrived_at = time.time()
+        return None
 
     def _required(self, p: Planned) -> set[int] | None:
         trig = p.spec.trigger
@@ -96,6 +123,8 @@ class Nemesis:
         if self.closed:
             return out
         for p in self.planned:
+            if getattr(p.fault, "in_process", False):
+                continue
             if p.fired_at is None and p.failed is None:
                 if p.gate is not None:
                     if not p.arrived:

@@ -223,14 +223,18 @@ class _Run:
 
     def _pump(self) -> None:
         events = self.tail.poll()
+        caused: list[Event] = []
         for e in events:
             self.workers.observe(e)
-            self.nemesis.observe(e)
+            made = self.nemesis.observe(e)
+            if made is not None:
+                caused.append(made)
             if e["kind"] == "step":
                 self.max_step = max(self.max_step or 0, e["step"])
             elif e["kind"] == "exit":
                 self._exit_status[e["pid"]] = e.get("status", "")
         self._notify(events)
+        self._notify(caused)
         fired = self.nemesis.tick()
         for e in fired:
             if e["kind"] == "fault_inject" and e.get("signal"):
@@ -274,7 +278,7 @@ class _Run:
             self._notify([start])
             env = {**s.target.env, "CHAOS_RUN_DIR": str(self.run_dir), "CHAOS_RUN_ID": self.run_id,
                    "CHAOS_RUNNER_PID": str(os.getpid()),
-                   "CHAOS_GATES": json.dumps(self.nemesis.gates())}
+                   "CHAOS_GATES": json.dumps(self.nemesis.gates()), "CHAOS_SDC": json.dumps(self.nemesis.sdc_faults())}
             self.backend.start(LaunchSpec(str(s.script_path), _fill_args(s, self.run_dir), env))
             self.nemesis.start(time.time())
             deadline = t_start + self.deadline_s

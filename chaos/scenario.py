@@ -125,7 +125,69 @@ class KillFault(_Model):
         return f"kill {self.select.describe()} with {self.signal} {self.trigger.describe()}"
 
 
-FaultSpec = Annotated[KillFault, Field(discriminator="fault")]
+class _InProcess(_Model):
+    """Shared fields of the faults the probe carries out inside the target (SDC)."""
+
+    select: Selector
+    trigger: Trigger
+    steps: int = Field(default=1, ge=1, description="Step executions it corrupts: 1 = transient, N = persistent.")
+    param: str | None = Field(default=None, description="Parameter name (e.g. `0.weight`); default: one chosen "
+                              "by the fault's seed.")
+    elements: int = Field(default=1, ge=1, description="How many elements of the tensor to corrupt.")
+    fraction: float | None = Field(default=None, gt=0, le=1, description="Or: this fraction of the elements.")
+    bit: Literal["sign", "exponent", "mantissa"] | int = Field(
+        default="exponent", description="bitflip: the float32 bit (sign = 31, exponent = 30, mantissa = 0, or 0..31).")
+
+    @model_validator(mode="after")
+    def _in_process(self) -> _InProcess:
+        if self.select.rank is None:
+            raise ValueError("select: an in-process fault hits one rank; use select: {rank: R}")
+        if self.trigger.at_step is None or self.trigger.on_event != "step":
+            raise ValueError("trigger: an in-process fault fires at a step; use trigger: {at_step: N}")
+        if isinstance(self.bit, int) and not 0 <= self.bit <= 31:
+            raise ValueError(f"bit={self.bit} must be in 0..31 (float32); use sign, exponent, mantissa or 0..31")
+        return self
+
+    def sdc_json(self, fault_id: str) -> dict[str, Any]:
+        """What the probe's injector reads from ``$CHAOS_SDC``."""
+        data = self.model_dump(exclude={"select", "trigger", "fault"})
+        return {**data, "id": fault_id, "kind": self.fault, "rank": self.select.rank,  # type: ignore[attr-defined]
+                "step": self.trigger.at_step}
+
+
+class GradientFault(_InProcess):
+    """Silent corruption of a gradient on one rank, before (``local``) or after (``replica``) all-reduce."""
+
+    fault: Literal["gradient"]
+    mode: Literal["bitflip", "nan", "inf", "scale", "noise"] = "bitflip"
+    where: Literal["local", "replica"] = Field(
+        default="replica", description="local: before all-reduce (every replica receives it); replica: after "
+        "all-reduce on this rank only (replicas diverge).")
+    factor: float = Field(default=1000.0, description="scale: the factor.")
+    magnitude: float = Field(default=0.1, gt=0, description="noise: relative magnitude (x · (1 + m·N(0,1))).")
+
+    def describe(self) -> str:
+        what = f"{self.mode}" + (f" ({self.bit} bit)" if self.mode == "bitflip" else "")
+        span = "" if self.steps == 1 else f" for {self.steps} steps"
+        return (f"{what} in the {self.where} gradient of {self.param or 'a parameter'} on rank {self.select.rank} "
+                f"{self.trigger.describe()}{span}")
+
+
+class ParameterFault(_InProcess):
+    """A bitflip in a weight in memory on one rank, after the optimizer step."""
+
+    fault: Literal["parameter"]
+    mode: Literal["bitflip"] = "bitflip"
+
+    def describe(self) -> str:
+        span = "" if self.steps == 1 else f" for {self.steps} steps"
+        return (f"bitflip ({self.bit} bit) in weight {self.param or '(seeded choice)'} on rank {self.select.rank} "
+                f"{self.trigger.describe()}{span}")
+
+
+IN_PROCESS_FAULTS = ("gradient", "parameter")
+
+FaultSpec = Annotated[KillFault | GradientFault | ParameterFault, Field(discriminator="fault")]
 
 
 class CheckSpec(_Model):

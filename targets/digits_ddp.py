@@ -35,6 +35,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler, TensorDataset
 
 from chaos import probe
+from chaos.probe import sdc
+from chaos.probe.detectors import SdcDetectors
 
 BROKEN_MODES = ("non-atomic-save", "no-rng-restore", "no-optimizer-restore")
 CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")
@@ -52,6 +54,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--timeout-s", type=float, default=60.0, help="collective timeout, seconds")
     ap.add_argument("--digest-every", type=int, default=10,
                     help="steps between parameter digests in step events (0: none; 1: every step, ~3%% slower)")
+    ap.add_argument("--sdc-detectors", type=lambda v: [d for d in v.split(",") if d], default="nonfinite,spike,digest",
+                    help="SDC detectors to run, comma-separated: nonfinite,spike,digest,replay ('' for none)")
+    ap.add_argument("--replica-digest-every", type=int, default=10, help="steps between cross-replica digest checks")
+    ap.add_argument("--sdc-reaction", choices=["rollback", "none"], default="rollback",
+                    help="on an SDC alarm: roll every rank back to the newest checkpoint, or only record it")
     ap.add_argument("--broken", action="append", default=[], choices=BROKEN_MODES)
     return ap.parse_args(argv)
 
@@ -131,9 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.steps)
     loss_fn = nn.CrossEntropyLoss()
 
-    start_step, epoch, offset = 0, 0, 0
-    path = newest_checkpoint(args.checkpoint_dir)
-    if path is not None:
+    # SDC: the injector (chaos's fault, no-op outside a chaos run) before the detectors, so the
+    # detectors' gradient hooks see what the injector did
+    inj = sdc.Injector.from_env(p, model)
+    det = SdcDetectors(p, model, nonfinite="nonfinite" in args.sdc_detectors, spike="spike" in args.sdc_detectors,
+                       digest_every=args.replica_digest_every if "digest" in args.sdc_detectors else 0,
+                       replay="replay" in args.sdc_detectors)
+
+    def load(path: str) -> tuple[int, int, int]:
+        """Restore model, optimizer, scheduler, RNG and data position; returns (step, epoch, batch)."""
         p.checkpoint_load_begin(path)
         try:
             with open(path, "rb") as f:
@@ -146,31 +159,88 @@ def main(argv: list[str] | None = None) -> int:
         if "no-optimizer-restore" not in args.broken:
             opt.load_state_dict(state["optimizer"])
             sched.load_state_dict(state["scheduler"])
+        position = (0, 0)
         if "no-rng-restore" not in args.broken and state["world_size"] == world:
             torch.set_rng_state(state["rng"][rank])
-        start_step = state["step"]
-        if "no-rng-restore" not in args.broken:
-            epoch, offset = state["data_position"]["epoch"], state["data_position"]["batch"]
-        p.checkpoint_loaded(start_step, path, probe.bytes_digest(data), world_size=world)
+            position = (state["data_position"]["epoch"], state["data_position"]["batch"])
+        p.checkpoint_loaded(state["step"], path, probe.bytes_digest(data), world_size=world)
+        return state["step"], *position
 
-    step = start_step
+    rollbacks: dict[int, int] = {}  # step → rollbacks it caused
+
+    def react(alarms: list[dict], step_no: int) -> tuple[int, int, int] | None:
+        """On an SDC alarm every rank rolls back to the newest checkpoint together (None: carry on).
+
+        A transient corruption does not come back when the steps are recomputed; an alarm that comes
+        back 3 times for one step is taken as a property of the data (as Megatron-LM's rerun state
+        machine does): a spike is then accepted, and any other alarm's update is skipped."""
+        if not alarms or args.sdc_reaction == "none":
+            return None
+        detectors = sorted({a["detector"] for a in alarms})
+        if rollbacks.get(step_no, 0) >= 3:
+            p.emit("sdc_dismissed", step=step_no, detectors=detectors,
+                   reason="the alarm recurred when the step was recomputed from a checkpoint")
+            if detectors != ["spike"]:
+                opt.zero_grad(set_to_none=True)  # never apply a gradient the detectors reject
+            return None
+        rollbacks[step_no] = rollbacks.get(step_no, 0) + 1
+        path = newest_checkpoint(args.checkpoint_dir)
+        if path is None:
+            p.emit("sdc_skip", step=step_no, reason="no checkpoint to roll back to: the update is skipped")
+            opt.zero_grad(set_to_none=True)
+            return None
+        restored = load(path)
+        p.emit("sdc_rollback", step=step_no, to_step=restored[0], path=path,
+               detectors=sorted({a["detector"] for a in alarms}))
+        return restored
+
+    step, epoch, offset = 0, 0, 0
+    path = newest_checkpoint(args.checkpoint_dir)
+    if path is not None:
+        step, epoch, offset = load(path)
+
     while step < args.steps:
         sampler.set_epoch(epoch)
         indices = list(sampler)
-        for b in range(offset, steps_per_epoch):
-            if step >= args.steps:
-                break
+        b, rolled_back = offset, None
+        while b < steps_per_epoch and step < args.steps:
             batch = indices[b * args.batch_size:(b + 1) * args.batch_size]
             x, y = train.tensors[0][batch], train.tensors[1][batch]
+            step_no = step + 1
+            inj.begin_step(step_no)
+            det.begin_step(step_no)
             model.train()
+            rng_before = torch.get_rng_state()
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
             loss.backward()
-            opt.step()
+            inj.after_backward()
+            alarms = det.check_gradients(loss)
+            if det.replay and not alarms:
+                rng_after = torch.get_rng_state()
+
+                def recompute(rb: torch.Tensor = rng_before, ra: torch.Tensor = rng_after,
+                              xb: torch.Tensor = x, yb: torch.Tensor = y) -> None:
+                    opt.zero_grad(set_to_none=True)
+                    torch.set_rng_state(rb)  # the same dropout masks as the step being checked
+                    loss_fn(model(xb), yb).backward()
+                    torch.set_rng_state(ra)
+
+                alarms = det.check_replay(recompute)
+            if alarms and det.world > 2:
+                alarms += det.check_replicas(force=True)  # which replica is the odd one out?
+            rolled_back = react(alarms, step_no)
+            if rolled_back:
+                break
+            opt.step()  # a no-op when react() dropped the gradients
             sched.step()
-            step += 1
+            inj.after_step()
+            step, b = step_no, b + 1
             digest = args.digest_every and (step % args.digest_every == 0 or step == args.steps)
             p.step(step, loss=loss.item(), params=model.parameters() if digest else None)
+            rolled_back = react(det.check_replicas(), step)
+            if rolled_back:
+                break
             if step % args.checkpoint_every == 0 or step == args.steps:
                 rng = [torch.empty(0, dtype=torch.uint8) for _ in range(world)]
                 dist.all_gather_object(rng, torch.get_rng_state())
@@ -181,12 +251,15 @@ def main(argv: list[str] | None = None) -> int:
                         "scheduler": sched.state_dict(),
                         "rng": rng,
                         "step": step,
-                        "data_position": {"epoch": epoch, "batch": b + 1},
+                        "data_position": {"epoch": epoch, "batch": b},
                         "world_size": world,
                     }
                     save_checkpoint(state, args.checkpoint_dir, step, args.keep,
                                     "non-atomic-save" not in args.broken, p)
-        epoch, offset = epoch + 1, 0
+        if rolled_back:
+            step, epoch, offset = rolled_back
+        else:
+            epoch, offset = epoch + 1, 0
 
     if rank == 0:
         model.eval()

@@ -158,5 +158,9 @@ def faults_fired(history: History, ctx: CheckContext) -> Verdict:
         text = "; ".join(f"{p['id']} ({p['description']}) never fired" +
                          (f": {reasons[p['id']]}" if reasons.get(p["id"]) else "") for p in missed)
         return Verdict(name, "failed", text, events=history.of("fault_not_fired")[:3])
+    times: dict[str, int] = {}
+    for e in history.faults():
+        times[e.get("description", "?")] = times.get(e.get("description", "?"), 0) + 1
     return Verdict(name, "ok", f"{len(planned)}/{len(planned)} scheduled fault(s) fired: " +
-                   "; ".join(f"{e.get('description')}" for e in history.faults()), events=history.faults()[:3])
+                   "; ".join(d + (f" ({n} injections)" if n > 1 else "") for d, n in times.items()),
+                   events=history.faults()[:3])

@@ -86,7 +86,15 @@ class Injector:
         self.rank = probe.rank
         module = getattr(model, "module", model)
         self.params: dict[str, torch.nn.Parameter] = dict(module.named_parameters())
-        self.faults = [f for f in faults if f.rank == self.rank]
+        self.faults = []
+        for f in faults:
+            if f.rank != self.rank:
+                continue
+            if f.param is not None and f.param not in self.params:
+                probe.emit("sdc_fault_invalid", fault_id=f.id, reason=f"param={f.param!r} is not a parameter of the "
+                           f"model; use one of: {', '.join(self.params)}")
+                continue
+            self.faults.append(f)
         self.step = 0
         self.execution = 0
         self._done: set[tuple[str, int]] = set()  # (fault id, execution) already injected

@@ -1,0 +1,101 @@
+"""Checks of silent data corruption: was each injection detected, were there false alarms, did the
+job end healthy?"""
+
+from __future__ import annotations
+
+from chaos.checks.base import CheckContext, Verdict, check, short
+from chaos.checks.equivalence import final_digests
+from chaos.history import Event, History
+
+DEFAULT_WITHIN_STEPS = 10
+
+
+def _injections(history: History) -> list[Event]:
+    return history.probe("sdc_inject")
+
+
+def _explained_by(alarm: Event, injections: list[Event], within: int) -> Event | None:
+    for inj in injections:
+        if inj["t"] <= alarm["t"] and 0 <= alarm.get("step", 0) - inj.get("step", 0) <= within:
+            return inj
+    return None
+
+
+def _what(inj: Event) -> str:
+    bit = f" bit {inj.get('bit')}" if inj.get("bit") is not None else ""
+    return (f"{inj.get('fault_id')} ({inj.get('mode')}{bit} in {inj.get('where')} {inj.get('param')}"
+            f"{inj.get('indices', [])[:3]} on rank {inj['rank']} at step {inj.get('step')})")
+
+
+@check("each injected corruption was alarmed within k steps (default 10) naming the injected rank",
+       params={"within_steps": int})
+def sdc_detected(history: History, ctx: CheckContext) -> Verdict:
+    name = "sdc_detected"
+    within = int(ctx.params.get("within_steps", DEFAULT_WITHIN_STEPS))
+    injections = _injections(history)
+    if not injections:
+        return Verdict(name, "unknown", "no corruption was injected in this run")
+    alarms = history.probe("sdc_alarm")
+    missed, found, latencies = [], [], []
+    for inj in injections:
+        hit = next((a for a in alarms if a["t"] >= inj["t"] and 0 <= a.get("step", 0) - inj.get("step", 0) <= within
+                    and inj["rank"] in a.get("suspected_ranks", [])), None)
+        if hit is None:
+            other = next((a for a in alarms if a["t"] >= inj["t"]), None)
+            why = (f"; the next alarm ({other.get('detector')} at step {other.get('step')}) named ranks "
+                   f"{other.get('suspected_ranks')}" if other else "; no detector raised an alarm")
+            missed.append(f"{_what(inj)} went unseen for {within} steps{why}")
+            continue
+        latency = hit["step"] - inj["step"]
+        latencies.append(latency)
+        found.append(f"{_what(inj)}: {hit.get('detector')} alarm at step {hit['step']} ({latency} step(s) later) "
+                     f"naming ranks {hit.get('suspected_ranks')}")
+    if missed:
+        return Verdict(name, "failed", "; ".join(missed + found), value=None, unit="steps", events=injections[:3])
+    return Verdict(name, "ok", "; ".join(found), value=float(max(latencies)), unit="steps", events=injections[:3])
+
+
+@check("no SDC alarm without an injected corruption at most k steps before it", params={"within_steps": int})
+def no_false_alarms(history: History, ctx: CheckContext) -> Verdict:
+    name = "no_false_alarms"
+    within = int(ctx.params.get("within_steps", DEFAULT_WITHIN_STEPS))
+    injections = _injections(history)
+    alarms = history.probe("sdc_alarm")
+    false = [a for a in alarms if _explained_by(a, injections, within) is None]
+    steps = len({(e["rank"], e["step"], e.get("restart"), e["t"]) for e in history.probe("step")})
+    if false:
+        examples = "; ".join(f"{a.get('detector')} at step {a.get('step')} on rank {a['rank']} naming "
+                             f"{a.get('suspected_ranks')} ({a.get('evidence')})" for a in false[:3])
+        return Verdict(name, "failed", f"{len(false)} alarm(s) with no injected corruption before them: {examples}",
+                       value=float(len(false)), events=false[:3])
+    return Verdict(name, "ok", f"{len(alarms)} alarm(s), all explained by the {len(injections)} injection(s); "
+                   f"{steps} rank-steps checked", value=0.0)
+
+
+@check("the job ended healthy: final parameters bitwise equal the reference, or (when an update was "
+       "skipped) test accuracy within max_accuracy_drop (default 0.01) of it", params={"max_accuracy_drop": float},
+       needs_reference=True)
+def recovered(history: History, ctx: CheckContext) -> Verdict:
+    name = "recovered"
+    ref = ctx.reference
+    if ref is None:
+        return Verdict(name, "unknown", "no reference run is available (run without --no-reference)")
+    mine = final_digests(history)
+    if not mine:
+        return Verdict(name, "failed", "the job recorded no final parameters (it did not finish)")
+    rollbacks = history.probe("sdc_rollback")
+    how = f" after {len([e for e in rollbacks if e['rank'] == 0])} rollback(s)" if rollbacks else ""
+    if all(ref.final_digests.get(r) == d for r, d in mine.items()) and len(mine) == len(ref.final_digests):
+        return Verdict(name, "ok", f"final parameters equal the reference bitwise{how} (digest "
+                       f"{short(next(iter(mine.values())))})")
+    drop = float(ctx.params.get("max_accuracy_drop", 0.01))
+    acc = [float(e["accuracy"]) for e in history.probe("eval") if e.get("accuracy") is not None]
+    if not acc or ref.accuracy is None:
+        return Verdict(name, "failed", "final parameters differ from the reference and no test accuracy was recorded")
+    delta = ref.accuracy - acc[-1]
+    replicas = len(set(mine.values()))
+    split = f"; the replicas disagree ({replicas} different final digests)" if replicas > 1 else ""
+    text = (f"final parameters differ from the reference{how}{split}; test accuracy {acc[-1]:.4f} vs reference "
+            f"{ref.accuracy:.4f} (drop {delta:+.4f}, tolerance {drop})")
+    ok = delta <= drop and replicas == 1
+    return Verdict(name, "ok" if ok else "failed", text, value=round(delta, 4))

@@ -1,0 +1,42 @@
+"""In-process faults (silent data corruption): the probe inside the target carries them out.
+
+The runner only passes them to the workers (``$CHAOS_SDC``, see :mod:`chaos.probe.sdc`) and learns
+that one fired from the worker's ``sdc_inject`` event; there is nothing to inject or heal from outside.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos.errors import ChaosError
+from chaos.faults.base import FaultEnv
+from chaos.scenario import GradientFault, ParameterFault
+
+
+class InProcess:
+    """Runner-side handle of a gradient or parameter fault."""
+
+    instant = True
+    in_process = True
+
+    def __init__(self, spec: GradientFault | ParameterFault, fault_id: str) -> None:
+        self.spec = spec
+        self.id = fault_id
+
+    def describe(self) -> str:
+        return self.spec.describe()
+
+    def ranks(self, env: FaultEnv) -> set[int] | None:
+        return {self.spec.select.rank} if self.spec.select.rank is not None else None
+
+    def ready(self, env: FaultEnv) -> bool:
+        return False  # fired by the probe, never by the nemesis
+
+    def inject(self, env: FaultEnv) -> dict[str, Any]:
+        raise ChaosError(f"{self.id}: in-process faults are injected by the probe, not the runner")
+
+    def heal(self, env: FaultEnv) -> dict[str, Any] | None:
+        return None
+
+    def sdc_json(self) -> dict[str, Any]:
+        return self.spec.sdc_json(self.id)
