@@ -62,7 +62,7 @@ def test_list_names_scenarios_faults_and_checks(tmp_path: Path) -> None:
     out = chaos("list", "--json", runs_dir=tmp_path)
     data = json.loads(out.stdout)
     assert {"kill-worker", "kill-during-save"} <= {s["name"] for s in data["scenarios"]}
-    assert [f["name"] for f in data["faults"]] == ["kill"]
+    assert [f["name"] for f in data["faults"]] == ["kill", "gradient", "parameter"]
     assert "restored_from_checkpoint" in {c["name"] for c in data["checks"]}
 
 
