@@ -2,40 +2,58 @@
 
 Times are in seconds unless a name or unit says otherwise. Every job a benchmark starts carries a
 ``CHAOS_RUN_ID`` in its environment, so :func:`run_job` can SIGKILL whatever of it is left
-(``chaos.backends.local.kill_run_processes``) and no process outlives a benchmark.
+(``chaos.backends.local.kill_run_processes``) and no process outlives a benchmark. torchrun leaves
+a ``torchelastic_*`` log directory in ``$TMPDIR`` per job, so jobs get a ``TMPDIR`` inside the
+benchmark's own temporary directory, which is removed at the end.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 import secrets
 import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
+
+import psutil
 
 from chaos.backends.local import kill_run_processes
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET = ROOT / "targets" / "digits_ddp.py"
 SCENARIO = ROOT / "scenarios" / "kill-worker.yaml"
 JOB_TIMEOUT_S = 600.0
+ERROR_RE = re.compile(r"error|exception|terminate|what\(\)|abort|signal|traceback", re.IGNORECASE)
+T = TypeVar("T")
 
 
 @dataclass
 class Row:
-    """One measured number. ``goal`` is text such as ``≤ 1.01``; ``met`` is None without a goal."""
+    """One measured number. ``goal`` is text such as ``≤ 1.01``; ``met`` is None without a goal.
+    ``inconclusive``: the repetitions fell on both sides of the goal, so the noise hides the answer."""
 
     name: str
     value: float
     unit: str
     goal: str = ""
     met: bool | None = None
+    inconclusive: bool = False
+
+    def verdict(self) -> str:
+        """``yes``, ``no``, ``inconclusive (…)`` or empty without a goal."""
+        if self.met is None:
+            return ""
+        word = "yes" if self.met else "no"
+        return f"{word}, inconclusive (repetitions on both sides)" if self.inconclusive else word
 
     def value_text(self) -> str:
         if self.unit == "ratio":
@@ -58,19 +76,71 @@ class BenchResult:
         """Plain-text report for the terminal."""
         lines = [f"== {self.title} ==", self.method, ""]
         for r in self.rows:
-            verdict = "" if r.met is None else ("  goal " + r.goal + (" met" if r.met else " NOT met"))
+            verdict = "" if r.met is None else f"  goal {r.goal}: {r.verdict()}"
             lines.append(f"  {r.name:<52} {r.value_text():>16}{verdict}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+class ForeignLoad:
+    """Measures, in a background thread, the CPU used by processes other than this one and its
+    descendants (in CPUs: 1.0 = one core busy), sampled every ``interval_s`` seconds.
+
+    Use as a context manager; then ``mean_cpus`` and ``max_cpus``. A process that starts and ends
+    between two samples is missed, so this is a lower bound. On a 2-core machine anything above a
+    few tenths of a CPU skews the benchmark's numbers.
+    """
+
+    def __init__(self, interval_s: float = 2.0) -> None:
+        self.interval_s = interval_s
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="foreign-load", daemon=True)
+
+    def __enter__(self) -> ForeignLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mean_cpus(self) -> float:
+        return statistics.fmean(self.samples) if self.samples else 0.0
+
+    @property
+    def max_cpus(self) -> float:
+        return max(self.samples, default=0.0)
+
+    def _cpu_s(self) -> dict[int, float]:
+        me = psutil.Process()
+        mine = {me.pid, *(c.pid for c in me.children(recursive=True))}
+        out = {}
+        for proc in psutil.process_iter(["pid", "cpu_times"]):
+            times = proc.info["cpu_times"]
+            if proc.pid not in mine and times is not None:
+                out[proc.pid] = times.user + times.system
+        return out
+
+    def _run(self) -> None:
+        before, t_before = self._cpu_s(), time.monotonic()
+        while not self._stop.wait(self.interval_s):
+            after, t_after = self._cpu_s(), time.monotonic()
+            used = sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+            self.samples.append(max(0.0, used) / (t_after - t_before))
+            before, t_before = after, t_after
 
 
 def median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs))
 
 
-def ratio_row(name: str, value: float, limit: float) -> Row:
-    """A ratio with the goal ``value ≤ limit``."""
-    return Row(name, value, "ratio", f"≤ {limit:g}", value <= limit)
+def ratio_row(name: str, value: float, limit: float, repetitions: Sequence[float] = ()) -> Row:
+    """A ratio with the goal ``value ≤ limit``; inconclusive when ``repetitions`` (the same ratio
+    per round) fall on both sides of ``limit``."""
+    mixed = bool(repetitions) and min(repetitions) <= limit < max(repetitions)
+    return Row(name, value, "ratio", f"≤ {limit:g}", value <= limit, mixed)
 
 
 def machine() -> dict[str, str]:
@@ -85,7 +155,13 @@ def machine() -> dict[str, str]:
                 break
     except OSError:
         pass
+    try:
+        rev = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev = ""
     return {
+        "revision": rev or "unknown",
         "nproc": str(os.cpu_count()),
         "cpu": cpu,
         "python": platform.python_version(),
@@ -106,30 +182,84 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+class JobFailed(RuntimeError):
+    """A benchmark job exited non-zero, timed out, or did not do what it should; ``summary`` is one line."""
+
+    def __init__(self, summary: str, details: str = "") -> None:
+        super().__init__(summary + (f"\n{details}" if details else ""))
+        self.summary = summary
+
+
+def error_lines(text: str, limit: int = 30) -> str:
+    """The lines of a job's output that look like errors (the first ``limit``)."""
+    lines = [ln for ln in text.splitlines() if ERROR_RE.search(ln)]
+    return "\n".join(lines[:limit])
+
+
+def retry(fn: Callable[[], T], what: str, notes: list[str], attempts: int = 2) -> T:
+    """Call ``fn``; when it raises :class:`JobFailed`, print why, add a note, and call it again
+    (``attempts`` calls in all). A failure is reported, never hidden."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except JobFailed as exc:
+            print(f"  {what}: attempt {attempt} failed: {exc}", flush=True)
+            notes.append(f"{what}: attempt {attempt} failed ({exc.summary})")
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
 def run_job(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, timeout_s: float = JOB_TIMEOUT_S) -> float:
     """Run ``cmd`` to completion; return its wall time in seconds (process start to exit).
 
-    Output goes to ``log``. Raises RuntimeError (with the log's tail) if it exits non-zero or
-    times out. Whatever happens, every process of the job is gone when this returns.
+    Output goes to ``log``; ``TMPDIR`` is ``cwd``. Raises :class:`JobFailed` (with the log's error
+    lines) if it exits non-zero or times out. Whatever happens, every process of the job is gone
+    when this returns.
     """
     tag = f"bench-{secrets.token_hex(6)}"
-    env = {**env, "CHAOS_RUN_ID": tag}
+    env = {**env, "CHAOS_RUN_ID": tag, "TMPDIR": str(cwd)}
     with open(log, "ab") as out:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, cwd=str(cwd), stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         try:
-            code = proc.wait(timeout=timeout_s)
+            code: int | None = proc.wait(timeout=timeout_s)
             wall_s = time.perf_counter() - t0
-        except BaseException:
-            _stop(proc)
-            raise
+        except subprocess.TimeoutExpired:
+            code = None
         finally:
+            if proc.poll() is None:
+                _stop(proc)
             kill_run_processes(tag)  # workers live in their own sessions; catch any straggler
     if code != 0:
-        tail = log.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"{' '.join(cmd)} exited {code}; log {log}:\n{tail}")
+        how = f"timed out after {timeout_s:g} s" if code is None else f"exited {code}"
+        raise JobFailed(f"torchrun {how}", f"{' '.join(cmd)}\n{error_lines(log.read_text(errors='replace'))}")
     return wall_s
+
+
+def new_dir(parent: Path, name: str) -> Path:
+    """A fresh, empty ``parent/name`` (``name-2``, ``name-3``, ... if taken, e.g. by a failed attempt)."""
+    path, n = parent / name, 1
+    while path.exists():
+        n += 1
+        path = parent / f"{name}-{n}"
+    path.mkdir(parents=True)
+    return path
+
+
+@contextmanager
+def tmpdir_env(path: Path) -> Iterator[None]:
+    """Set ``$TMPDIR`` to ``path`` inside the block (for jobs ``run_scenario`` starts), then restore it."""
+    old = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

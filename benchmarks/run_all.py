@@ -1,16 +1,15 @@
 """Run every benchmark and write ``benchmarks/RESULTS.md``.
 
-Order: probe overhead, runner overhead, step accuracy (about 6, 4 and 7 minutes in full on a 2-core
-machine; ``--quick`` takes a few minutes in all). The 1-minute load average before and after each
+Order: probe overhead, runner overhead, step accuracy (about 6, 3 and 6 minutes in full on a 2-core
+machine; ``--quick`` takes a few minutes in all). The CPU used by other processes during each
 benchmark goes into the report, because on a small machine anything else running skews the ratios.
 
-Run: ``python -m benchmarks.run_all [--quick] [--out PATH]``.
+Run: ``python -m benchmarks.run_all [--quick] [--out PATH] [--wait-quiet-s S]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,7 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import probe_overhead, runner_overhead, step_accuracy
-from benchmarks._common import BenchResult, machine
+from benchmarks._common import BenchResult, ForeignLoad, machine
 
 BENCHMARKS: list[tuple[str, Callable[[bool], BenchResult]]] = [
     ("probe_overhead", probe_overhead.run),
@@ -29,9 +28,24 @@ BENCHMARKS: list[tuple[str, Callable[[bool], BenchResult]]] = [
     ("step_accuracy", step_accuracy.run),
 ]
 DEFAULT_OUT = Path(__file__).resolve().parent / "RESULTS.md"
+QUIET_CPUS = 0.1
 
 
-def render_markdown(results: list[BenchResult], durations_s: list[float], quick: bool, started: str) -> str:
+def wait_quiet(max_s: float, window_s: float = 20.0) -> tuple[float, bool]:
+    """Wait until other processes used under ``QUIET_CPUS`` CPU over a ``window_s`` window, at most
+    ``max_s`` seconds; returns (seconds waited, whether it got quiet)."""
+    t0 = time.monotonic()
+    while True:
+        with ForeignLoad() as load:
+            time.sleep(window_s)
+        if load.mean_cpus < QUIET_CPUS:
+            return time.monotonic() - t0, True
+        if time.monotonic() - t0 >= max_s:
+            return time.monotonic() - t0, False
+
+
+def render_markdown(results: list[BenchResult], durations_s: list[float], foreign: list[ForeignLoad], quick: bool,
+                    started: str) -> str:
     """The RESULTS.md text: machine, one table of every number, then method and notes per benchmark."""
     m = machine()
     lines = [
@@ -39,18 +53,21 @@ def render_markdown(results: list[BenchResult], durations_s: list[float], quick:
         "",
         f"- date: {started}",
         f"- machine: {m['nproc']} CPUs ({m['cpu']}), {m['os']}, no GPU",
-        f"- python {m['python']}, torch {m['torch']}",
+        f"- python {m['python']}, torch {m['torch']}, chaos at git {m['revision']}",
         f"- mode: {'quick' if quick else 'full'} (`python -m benchmarks.run_all{' --quick' if quick else ''}`)",
         "",
         "Ratios are measured within one run of each benchmark (interleaved repetitions, medians); they are "
-        "not pass/fail tests and vary with machine load.",
+        "not pass/fail tests and vary with machine load. CPU used by other processes meanwhile (mean / max, "
+        f"in CPUs of {m['nproc']}): "
+        + "; ".join(f"{r.title} {f.mean_cpus:.2f} / {f.max_cpus:.2f}" for r, f in zip(results, foreign, strict=True))
+        + ".",
         "",
         "| benchmark | measurement | value | goal | met |",
         "|---|---|---|---|---|",
     ]
     for res in results:
         for r in res.rows:
-            met = "" if r.met is None else ("yes" if r.met else "**no**")
+            met = r.verdict() if r.met or r.met is None else f"**{r.verdict()}**"
             lines.append(f"| {res.title} | {r.name} | {r.value_text()} | {r.goal} | {met} |")
     for res, dur in zip(results, durations_s, strict=True):
         lines += ["", f"## {res.title}", "", res.method, "", f"- duration: {dur:.0f} s"]
@@ -62,20 +79,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions in every benchmark")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the report (default %(default)s)")
+    ap.add_argument("--wait-quiet-s", type=float, default=0.0,
+                    help="before each benchmark, wait up to this many seconds for other processes to use under "
+                         f"{QUIET_CPUS} CPU (default: do not wait)")
     args = ap.parse_args()
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     results: list[BenchResult] = []
     durations: list[float] = []
+    foreign: list[ForeignLoad] = []
     for name, bench in BENCHMARKS:
+        if args.wait_quiet_s > 0:
+            waited_s, quiet = wait_quiet(args.wait_quiet_s)
+            print(f"waited {waited_s:.0f} s for a quiet machine ({'quiet' if quiet else 'gave up'})", flush=True)
         print(f"running {name} ...", flush=True)
-        load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
-        res = bench(args.quick)
+        with ForeignLoad() as load:
+            res = bench(args.quick)
         durations.append(time.perf_counter() - t0)
-        res.notes.append(f"1-minute load average: {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
+        foreign.append(load)
+        res.notes.append(f"CPU used by other processes: mean {load.mean_cpus:.2f}, max {load.max_cpus:.2f} CPUs "
+                         f"(sampled every {load.interval_s:g} s)")
         print(res.render(), flush=True)
         results.append(res)
-    args.out.write_text(render_markdown(results, durations, args.quick, started))
+    args.out.write_text(render_markdown(results, durations, foreign, args.quick, started))
     print(f"wrote {args.out}")
 
 

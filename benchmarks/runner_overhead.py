@@ -27,6 +27,7 @@ import argparse
 import shutil
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -36,7 +37,20 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import SCENARIO, BenchResult, Row, clean_env, median, ratio_row, run_job, torchrun
+from benchmarks._common import (
+    SCENARIO,
+    BenchResult,
+    JobFailed,
+    Row,
+    clean_env,
+    median,
+    new_dir,
+    ratio_row,
+    retry,
+    run_job,
+    tmpdir_env,
+    torchrun,
+)
 from chaos.backends.local import LocalBackend, free_port
 from chaos.history import RunnerLog
 from chaos.loader import scenario_from_dict
@@ -67,9 +81,9 @@ def plain_command(scenario: Scenario, work: Path) -> list[str]:
     return torchrun(*backend.torchrun_args(0), str(scenario.script_path), *args)
 
 
-def run_plain(scenario: Scenario, work: Path, probe: bool) -> float:
-    """One plain torchrun job in the fresh directory ``work``; wall time, seconds."""
-    work.mkdir(parents=True)
+def run_plain(scenario: Scenario, probe: bool, tmp: Path, name: str) -> float:
+    """One plain torchrun job in a new directory ``tmp/name``; wall time, seconds."""
+    work = new_dir(tmp, name)
     env = clean_env(**scenario.target.env, CHAOS_NODE="0", PYTHONUNBUFFERED="1",
                     TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -78,13 +92,18 @@ def run_plain(scenario: Scenario, work: Path, probe: bool) -> float:
     return run_job(plain_command(scenario, work), env, cwd=work, log=work / "torchrun.log")
 
 
-def run_runner(scenario: Scenario, runs_dir: Path) -> float:
-    """One ``run_scenario`` call; wall time, seconds. Raises if the job did not complete."""
-    t0 = time.perf_counter()
-    result = run_scenario(scenario, runs_dir, reference=False)
-    wall_s = time.perf_counter() - t0
+def run_runner(scenario: Scenario, tmp: Path, name: str) -> float:
+    """One ``run_scenario`` call with its runs under a new directory ``tmp/name``; wall time, seconds.
+    Raises :class:`JobFailed` unless the run passed its checks."""
+    work = new_dir(tmp, name)
+    with tmpdir_env(work):
+        t0 = time.perf_counter()
+        result = run_scenario(scenario, work, reference=False)
+        wall_s = time.perf_counter() - t0
+    if result.interrupted:
+        raise KeyboardInterrupt
     if not result.ok:
-        raise RuntimeError(result.failure_message())
+        raise JobFailed(f"run_scenario {result.status}, checks not ok", result.failure_message())
     return wall_s
 
 
@@ -93,25 +112,27 @@ def run(quick: bool = False, reps: int | None = None) -> BenchResult:
     reps = reps or (2 if quick else 5)
     scenario = empty_scenario()
     samples: dict[str, list[float]] = {c: [] for c in CONFIGS}
+    notes: list[str] = []
     tmp = Path(tempfile.mkdtemp(prefix="chaos-bench-runner-"))
     try:
         for i in range(reps):
             for config in CONFIGS:
                 if config == "runner":
-                    s = run_runner(scenario, tmp / "runs")
+                    job = partial(run_runner, scenario, tmp, f"{i}-{config}")
                 else:
-                    s = run_plain(scenario, tmp / f"{i}-{config}", probe=config == "plain+probe")
+                    job = partial(run_plain, scenario, config == "plain+probe", tmp, f"{i}-{config}")
+                s = retry(job, f"round {i + 1}, {config}", notes)
                 samples[config].append(s)
                 print(f"  round {i + 1}/{reps} {config:<11} {s:.3f} s", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     med = {c: median(v) for c, v in samples.items()}
     rows = [Row(f"wall time, {c} (median of {reps})", med[c], "s") for c in CONFIGS]
-    rows.append(ratio_row("wall time ratio runner / plain", med["runner"] / med["plain"], GOAL_RATIO))
+    paired = [r / p for r, p in zip(samples["runner"], samples["plain"], strict=True)]
+    rows.append(ratio_row("wall time ratio runner / plain", med["runner"] / med["plain"], GOAL_RATIO, paired))
     rows.append(Row("wall time ratio plain+probe / plain", med["plain+probe"] / med["plain"], "ratio"))
     rows.append(Row("wall time ratio runner / plain+probe", med["runner"] / med["plain+probe"], "ratio"))
-    paired = [r / p for r, p in zip(samples["runner"], samples["plain"], strict=True)]
-    notes = [f"runner/plain per-round ratios: min {min(paired):.4f}, median {median(paired):.4f}, "
+    notes += [f"runner/plain per-round ratios: min {min(paired):.4f}, median {median(paired):.4f}, "
              f"max {max(paired):.4f}",
              "wall time range over rounds: " + "; ".join(f"{c}: {min(v):.2f}–{max(v):.2f} s"
                                                         for c, v in samples.items())]

@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import SCENARIO, BenchResult, Row, median
+from benchmarks._common import SCENARIO, BenchResult, Row, median, tmpdir_env
 from chaos.loader import scenario_from_dict
 from chaos.runner import run_scenario
 from chaos.scenario import Scenario
@@ -51,6 +51,7 @@ class Outcome:
     max_step_restart0: int | None  # highest step any restart-0 worker recorded
     fired: bool
     verdicts: dict[str, str]
+    problems: list[str]  # "check: explanation" of every verdict that is not ok
     wall_time_s: float
 
     @property
@@ -89,14 +90,19 @@ def run(quick: bool = False, runs: int | None = None) -> BenchResult:
     tmp = Path(tempfile.mkdtemp(prefix="chaos-bench-steps-"))
     try:
         for i, (rank, step) in enumerate(plan(runs)):
-            result = run_scenario(kill_scenario(rank, step), tmp, reference=False)
+            with tmpdir_env(tmp):
+                result = run_scenario(kill_scenario(rank, step), tmp, reference=False)
+            if result.interrupted:
+                raise KeyboardInterrupt
             last, top, fired = judge(result.events, rank, step)
             o = Outcome(rank, step, last, top, fired, {v.check: v.status for v in result.verdicts},
-                        result.wall_time_s)
+                        [f"{v.check}: {v.explanation}" for v in result.failures()], result.wall_time_s)
             outcomes.append(o)
             print(f"  run {i + 1}/{runs} kill rank {rank} at step {step:>3}: killed rank's last step {last}, "
                   f"max restart-0 step {top}, fired {fired} → {'exact' if o.exact else 'NOT exact'}; "
                   + ", ".join(f"{c} {s}" for c, s in o.verdicts.items()), flush=True)
+            for problem in o.problems:
+                print(f"    {problem}", flush=True)
             shutil.rmtree(result.run_dir, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -113,9 +119,7 @@ def run(quick: bool = False, runs: int | None = None) -> BenchResult:
         notes.append("not exact: " + "; ".join(
             f"rank {o.rank} step {o.step} (last {o.killed_last_step}, max {o.max_step_restart0}, fired {o.fired})"
             for o in missed))
-    bad = [f"rank {o.rank} step {o.step}: {c} {s}" for o in outcomes for c, s in o.verdicts.items() if s != "ok"]
-    if bad:
-        notes.append("verdicts not ok: " + "; ".join(bad))
+    notes += [f"kill rank {o.rank} at step {o.step}: {problem[:400]}" for o in outcomes for problem in o.problems]
     method = (f"{runs} runs of kill-worker.yaml with one SIGKILL of rank R at step S (R alternating 0/1, S in "
               f"{FIRST_STEP}..{LAST_STEP}), reference off; exact = the killed rank's restart-0 worker's last step "
               "is S and no restart-0 worker recorded a step after S.")
