@@ -45,9 +45,8 @@ def wait_quiet(max_s: float, window_s: float = 20.0) -> tuple[float, bool]:
 
 
 def render_markdown(results: list[BenchResult], durations_s: list[float], foreign: list[ForeignLoad], quick: bool,
-                    started: str) -> str:
+                    started: str, m: dict[str, str]) -> str:
     """The RESULTS.md text: machine, one table of every number, then method and notes per benchmark."""
-    m = machine()
     lines = [
         "# Benchmark results",
         "",
@@ -84,6 +83,7 @@ def main() -> None:
                          f"{QUIET_CPUS} CPU (default: do not wait)")
     args = ap.parse_args()
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    facts = machine()  # at the start: the revision the benchmarks ran against
     results: list[BenchResult] = []
     durations: list[float] = []
     foreign: list[ForeignLoad] = []
@@ -101,7 +101,7 @@ def main() -> None:
                          f"(sampled every {load.interval_s:g} s)")
         print(res.render(), flush=True)
         results.append(res)
-    args.out.write_text(render_markdown(results, durations, foreign, args.quick, started))
+    args.out.write_text(render_markdown(results, durations, foreign, args.quick, started, facts))
     print(f"wrote {args.out}")
 
 
