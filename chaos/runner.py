@@ -252,6 +252,10 @@ class _Run:
         for w in self.workers.all:
             if w.pid in self._exit_reported or (not final and alive(w.pid)):
                 continue
+            if not final and self._exit_status.get(w.pid) == "ok" and w.pid not in self._signalled:
+                # it said it finished, but it may still have died in teardown (SIGABRT); torchrun logs that
+                # code a moment later, so judge it once the run is over and the agent log is complete
+                continue
             if codes is None:
                 codes = self.backend.worker_exit_codes()
             code = codes.get(w.pid)

@@ -150,11 +150,13 @@ class SdcDetectors:
                     "loss or all-reduced gradient", local_ranks=local, reduced_ranks=post))
         if self.spike and not alarms:
             spikes: dict[int, dict[str, float]] = {}
+            observed: list[tuple[deque[float], float]] = []
             for r in range(self.world):
                 for col, what in ((2, "local_grad_norm"), (3, "grad_norm"), (4, "loss")):
                     value = float(table[r, col])
                     x = math.log10(math.sqrt(value) if col != 4 else value) if value > 0 else -30.0
                     hist = self.windows.setdefault((what, r), deque(maxlen=self.window))
+                    observed.append((hist, x))
                     if len(hist) >= self.warmup:
                         z = robust_z(x, hist)
                         if z > self.z_threshold:  # upward only: loss and norms fall fast in healthy training
@@ -166,12 +168,9 @@ class SdcDetectors:
                 post = sorted(r for r, z in spikes.items() if "grad_norm" in z)
                 suspected = own or (post if len(post) < self.world else list(range(self.world)))
                 alarms.append(self._alarm("spike", suspected, z_scores=spikes, threshold=self.z_threshold))
-            else:
-                for r in range(self.world):
-                    for col, what in ((2, "local_grad_norm"), (3, "grad_norm"), (4, "loss")):
-                        value = float(table[r, col])
-                        x = math.log10(math.sqrt(value) if col != 4 else value) if value > 0 else -30.0
-                        self.windows[(what, r)].append(x)
+            else:  # only clean steps enter the windows
+                for hist, x in observed:
+                    hist.append(x)
         return alarms
 
     def check_replay(self, recompute: Callable[[], None]) -> list[Alarm]:
