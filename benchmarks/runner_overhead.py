@@ -8,7 +8,7 @@ The scenario is ``scenarios/kill-worker.yaml`` (digits DDP, 2 ranks, 200 steps, 
                call to return: run-directory setup, launch, polling, teardown, journal merge and
                checks. The probe is on, with the target's default digest setting.
   plain        ``python -m torch.distributed.run`` with the flags the local backend would pass
-               (``LocalBackend.torchrun_args``: c10d rendezvous on 127.0.0.1, --max-restarts,
+               (``chaos.backends.torchrun.torchrun_args``: c10d rendezvous on 127.0.0.1, --max-restarts,
                --monitor-interval) and the backend's environment (OMP_NUM_THREADS=1,
                TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, ...), same script and args, ``CHAOS_RUN_DIR``
                unset so the probe is off. Timed from process start to exit.
@@ -53,8 +53,8 @@ from benchmarks._common import (
     tmpdir_env,
     torchrun,
 )
-from chaos.backends.local import LocalBackend, free_port
-from chaos.history import RunnerLog
+from chaos.backends.local import free_port
+from chaos.backends.torchrun import torchrun_args
 from chaos.loader import scenario_from_dict
 from chaos.runner import run_scenario
 from chaos.scenario import Scenario
@@ -72,15 +72,13 @@ def empty_scenario() -> Scenario:
 
 def plain_command(scenario: Scenario, work: Path) -> list[str]:
     """The torchrun command the local backend would run for node 0, with the job's args filled in."""
-    log = RunnerLog(work / "unused-runner.jsonl")
-    log.close()
-    backend = LocalBackend(scenario.backend, f"bench-{work.name}", work, log)
-    backend.port = free_port()
     t = scenario.target
     values = {"checkpoint_dir": str(work / "checkpoints"), "run_dir": str(work), "steps": t.steps,
               "seed": t.seed, "checkpoint_every": t.checkpoint_every or ""}
     args = [a.format(**values) for a in t.args]
-    return torchrun(*backend.torchrun_args(0), str(scenario.script_path), *args)
+    targs = torchrun_args(scenario.backend, 0, f"bench-{work.name}", work / "logs" / "torchelastic", "127.0.0.1",
+                          free_port())
+    return torchrun(*targs, str(scenario.script_path), *args)
 
 
 def run_plain(scenario: Scenario, probe: bool, tmp: Path, name: str) -> float:

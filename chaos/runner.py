@@ -204,7 +204,7 @@ class _Run:
         self.log = RunnerLog(self.run_dir / "runner.jsonl")
         self.workers = WorkerTable()
         self.backend = make_backend(scenario.backend, self.run_id, self.run_dir, self.log)
-        self.nemesis = Nemesis(scenario, FaultEnv(self.backend, self.workers), self.log, self.run_dir / "control")
+        self.nemesis = Nemesis(scenario, FaultEnv(self.backend, self.workers, self.run_id), self.log, self.run_dir / "control")
         self.tail = EventTail(self.run_dir / "events")
         self.max_step: int | None = None
         self._exit_status: dict[int, str] = {}  # pid → the probe's exit status

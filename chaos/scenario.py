@@ -40,14 +40,23 @@ class TargetSpec(_Model):
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the job.")
 
 
-class LocalBackendSpec(_Model):
-    """Every node is one torchrun agent on this host; rendezvous on loopback."""
+class _NodesSpec(_Model):
+    """What every backend shares: nodes × workers per node, torchrun's restart and rendezvous settings."""
 
-    kind: Literal["local"] = "local"
     nodes: int = Field(default=1, ge=1, le=16, description="torchrun agents (nodes).")
     nproc_per_node: int = Field(default=2, ge=1, le=64, description="Workers per agent.")
+    min_nodes: int | None = Field(
+        default=None, ge=1, description="Elastic: torchrun --nnodes=MIN_NODES:NODES, so the job regroups at a "
+        "smaller world size when a node is lost (c10d rendezvous only). Default: fixed at `nodes`.")
     max_restarts: int = Field(default=3, ge=0, description="torchrun --max-restarts.")
     rdzv_backend: Literal["c10d", "static"] = Field(default="c10d", description="torchrun rendezvous backend.")
+    rdzv_conf: dict[str, int | float] = Field(
+        default_factory=dict, description="torchrun --rdzv-conf (c10d): join_timeout, last_call_timeout, "
+        "close_timeout, heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt (seconds / counts). "
+        "Elastic jobs default to last_call_timeout=2, keep_alive_interval=1, keep_alive_max_attempt=3, so a "
+        "lost node is noticed in ~3 s.")
+    rdzv_node: int = Field(default=0, ge=0, description="The node whose agent hosts the c10d rendezvous store. "
+                           "Losing it is fatal to torchrun jobs (pytorch/pytorch#67742, #150916).")
     share_rdzv_tcp_store: bool = Field(
         default=False,
         description="Let workers reuse the rendezvous TCP store (torch's default). False sets "
@@ -60,8 +69,58 @@ class LocalBackendSpec(_Model):
     def world_size(self) -> int:
         return self.nodes * self.nproc_per_node
 
+    @property
+    def elastic(self) -> bool:
+        return self.min_nodes is not None and self.min_nodes < self.nodes
 
-BackendSpec = Annotated[LocalBackendSpec, Field(discriminator="kind")]
+    def rdzv_settings(self) -> dict[str, int | float]:
+        """The --rdzv-conf actually passed: the elastic defaults under the user's settings."""
+        base: dict[str, int | float] = (
+            {"last_call_timeout": 2, "keep_alive_interval": 1, "keep_alive_max_attempt": 3} if self.elastic else {})
+        return {**base, **self.rdzv_conf}
+
+    @model_validator(mode="after")
+    def _elastic(self) -> _NodesSpec:
+        if self.min_nodes is not None and self.min_nodes > self.nodes:
+            raise ValueError(f"min_nodes={self.min_nodes} must be at most nodes={self.nodes}; use min_nodes <= nodes")
+        if self.elastic and self.rdzv_backend == "static":
+            raise ValueError("min_nodes needs the c10d rendezvous (static rendezvous cannot regroup); "
+                             "use rdzv_backend: c10d")
+        if self.rdzv_node >= self.nodes:
+            raise ValueError(f"rdzv_node={self.rdzv_node} must be a node in 0..{self.nodes - 1}")
+        return self
+
+
+class LocalBackendSpec(_NodesSpec):
+    """Every node is one torchrun agent on this host; rendezvous on loopback. No network of its own,
+    so network faults need ``netns`` or ``docker``."""
+
+    kind: Literal["local"] = "local"
+
+
+class NetnsBackendSpec(_NodesSpec):
+    """Every node is a Linux network namespace with its own address on a bridge (veth pairs); its
+    torchrun agent runs on this host inside that namespace. Needs root (CAP_NET_ADMIN)."""
+
+    kind: Literal["netns"]
+    subnet: str | None = Field(default=None, description="IPv4 /24 for the nodes, e.g. 10.213.7.0/24; "
+                               "default: a free one in 10.213.0.0/16.")
+
+
+class DockerBackendSpec(_NodesSpec):
+    """Every node is a container on a user-defined bridge network, through the Docker engine."""
+
+    kind: Literal["docker"]
+    image: str | None = Field(
+        default=None, description="The node image (your training image, with torch). Default: a local image "
+        "built with no registry, running this host's interpreter and virtual environment mounted read-only.")
+    python: str | None = Field(default=None, description="Python inside the image (default: this host's "
+                               "interpreter path with the built image, `python` with your own).")
+    subnet: str | None = Field(default=None, description="IPv4 /24 of the run's network; default: a free one "
+                               "in 10.214.0.0/16.")
+
+
+BackendSpec = Annotated[LocalBackendSpec | NetnsBackendSpec | DockerBackendSpec, Field(discriminator="kind")]
 
 
 class Trigger(_Model):
@@ -185,9 +244,141 @@ class ParameterFault(_InProcess):
                 f"{self.trigger.describe()}{span}")
 
 
+class _Healable(_Model):
+    """A fault that lasts: healed after ``duration_s`` or, without one, when the run ends."""
+
+    trigger: Trigger
+    duration_s: float | None = Field(default=None, gt=0, description="Heal after this many seconds "
+                                     "(default: it lasts until the run ends).")
+
+    def _span(self) -> str:
+        return f" for {self.duration_s:g}s" if self.duration_s else " until the run ends"
+
+
+class PauseFault(_Healable):
+    """Freeze a rank (SIGSTOP … SIGCONT) or a whole node (every process of it; ``docker pause`` for a
+    container): the process is alive but silent, as on a hung host or a long GC / swap stall."""
+
+    fault: Literal["pause"]
+    select: Selector
+
+    @model_validator(mode="after")
+    def _what(self) -> PauseFault:
+        if self.select.agent is not None:
+            raise ValueError("select: pause hits a rank or a whole node; use select: {rank: R} or {node: N}")
+        return self
+
+    def describe(self) -> str:
+        return f"pause {self.select.describe()} {self.trigger.describe()}{self._span()}"
+
+
+class NodeCrashFault(_Model):
+    """Kill a whole node at once: its agent and every worker (for docker, the container)."""
+
+    fault: Literal["node-crash"]
+    node: int = Field(ge=0, description="The node lost.")
+    signal: Literal["SIGKILL", "SIGTERM"] = Field(
+        default="SIGKILL", description="SIGKILL: the host dies. SIGTERM: the agent is told to stop (under "
+        "--nnodes=MIN:MAX this is pytorch/pytorch#147064).")
+    trigger: Trigger
+    restart_after_s: float | None = Field(default=None, gt=0, description="Bring the node back this many "
+                                          "seconds later (same as a `node-restart` fault).")
+
+    def describe(self) -> str:
+        back = f", back after {self.restart_after_s:g}s" if self.restart_after_s else ""
+        return f"crash node {self.node} ({self.signal}) {self.trigger.describe()}{back}"
+
+
+class NodeRestartFault(_Model):
+    """Start a crashed node's agent again (same address) so it rejoins the rendezvous."""
+
+    fault: Literal["node-restart"]
+    node: int = Field(ge=0)
+    trigger: Trigger
+
+    def describe(self) -> str:
+        return f"restart node {self.node} {self.trigger.describe()}"
+
+
+class _NodeNetwork(_Healable):
+    node: int = Field(ge=0, description="The node whose outgoing traffic is perturbed.")
+
+
+class DelayFault(_NodeNetwork):
+    """Delay every packet the node sends (netem, or the NFQUEUE delayer where the kernel has no netem)."""
+
+    fault: Literal["delay"]
+    delay_ms: float = Field(gt=0, le=10_000, description="Added one-way delay, ms.")
+    jitter_ms: float = Field(default=0, ge=0, description="Uniform jitter ±jitter_ms, ms.")
+    correlation_pct: float = Field(default=0, ge=0, le=100, description="Correlation of each delay with the "
+                                   "previous one, percent (netem's).")
+    mechanism: Literal["auto", "netem", "nfqueue"] = Field(
+        default="auto", description="auto: netem where the kernel has it, else the NFQUEUE delayer.")
+
+    @model_validator(mode="after")
+    def _jitter(self) -> DelayFault:
+        if self.jitter_ms > self.delay_ms:
+            raise ValueError(f"jitter_ms={self.jitter_ms:g} must not exceed delay_ms={self.delay_ms:g}")
+        return self
+
+    def describe(self) -> str:
+        jit = f" ± {self.jitter_ms:g} ms" if self.jitter_ms else ""
+        return f"delay node {self.node}'s packets by {self.delay_ms:g} ms{jit} {self.trigger.describe()}{self._span()}"
+
+
+class LossFault(_NodeNetwork):
+    """Drop a random share of the packets the node sends (netem loss, or iptables -m statistic)."""
+
+    fault: Literal["loss"]
+    percent: float = Field(gt=0, le=100, description="Share of packets dropped, percent.")
+    mechanism: Literal["auto", "netem", "iptables"] = Field(
+        default="auto", description="auto: netem where the kernel has it, else iptables -m statistic.")
+
+    def describe(self) -> str:
+        return f"drop {self.percent:g}% of node {self.node}'s packets {self.trigger.describe()}{self._span()}"
+
+
+class BandwidthFault(_NodeNetwork):
+    """Cap the node's outgoing bandwidth with a token bucket (tc tbf)."""
+
+    fault: Literal["bandwidth"]
+    rate_kbit: int = Field(gt=0, description="Rate, kbit/s.")
+    burst_bytes: int = Field(default=32_768, gt=0, description="Bucket size, bytes.")
+    latency_ms: float = Field(default=100, gt=0, description="Longest a packet may wait in the bucket, ms.")
+
+    def describe(self) -> str:
+        return f"cap node {self.node} at {self.rate_kbit} kbit/s {self.trigger.describe()}{self._span()}"
+
+
+class PartitionFault(_Healable):
+    """Split the nodes in two sides that cannot reach each other (iptables DROP both ways)."""
+
+    fault: Literal["partition"]
+    between: list[list[int]] = Field(description="The two sides, e.g. [[0], [1, 2]].")
+
+    @model_validator(mode="after")
+    def _sides(self) -> PartitionFault:
+        if len(self.between) != 2 or not all(self.between):
+            raise ValueError("between: give two non-empty lists of nodes, e.g. [[0], [1, 2]]")
+        if set(self.between[0]) & set(self.between[1]):
+            raise ValueError(f"between: nodes {sorted(set(self.between[0]) & set(self.between[1]))} are on both "
+                             "sides; a node belongs to one side")
+        return self
+
+    def describe(self) -> str:
+        a, b = (",".join(map(str, side)) for side in self.between)
+        return f"partition nodes {{{a}}} | {{{b}}} {self.trigger.describe()}{self._span()}"
+
+
+NETWORK_FAULTS = ("delay", "loss", "bandwidth", "partition")
+
 IN_PROCESS_FAULTS = ("gradient", "parameter")
 
-FaultSpec = Annotated[KillFault | GradientFault | ParameterFault, Field(discriminator="fault")]
+FaultSpec = Annotated[
+    KillFault | GradientFault | ParameterFault | PauseFault | NodeCrashFault | NodeRestartFault | DelayFault
+    | LossFault | BandwidthFault | PartitionFault,
+    Field(discriminator="fault"),
+]
 
 
 class CheckSpec(_Model):

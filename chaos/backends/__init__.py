@@ -1,20 +1,32 @@
-"""Backends: where a scenario's nodes live. Only ``local`` exists so far."""
+"""Backends: where a scenario's nodes live (``local``, ``netns``, ``docker``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from chaos.backends.base import Backend, LaunchSpec
+from chaos.backends.base import Backend, LaunchSpec, NodeNet
 from chaos.backends.local import LocalBackend
 from chaos.history import RunnerLog
-from chaos.scenario import LocalBackendSpec
+from chaos.scenario import BackendSpec
 
-BACKENDS = {"local": "each node is a torchrun agent on this host (c10d rendezvous on loopback)"}
+BACKENDS = {
+    "local": "each node is a torchrun agent on this host (c10d rendezvous on loopback); no network faults",
+    "netns": "each node is a network namespace with its own IP on a bridge (veth); needs root",
+    "docker": "each node is a container on a bridge network (Docker engine); image built locally or yours",
+}
 
 
-def make_backend(spec: LocalBackendSpec, run_id: str, run_dir: Path, log: RunnerLog) -> Backend:
+def make_backend(spec: BackendSpec, run_id: str, run_dir: Path, log: RunnerLog) -> Backend:
     """The backend for ``spec`` (dispatch on ``spec.kind``)."""
+    if spec.kind == "netns":
+        from chaos.backends.netns import NetnsBackend
+
+        return NetnsBackend(spec, run_id, run_dir, log)
+    if spec.kind == "docker":
+        from chaos.backends.docker import DockerBackend
+
+        return DockerBackend(spec, run_id, run_dir, log)
     return LocalBackend(spec, run_id, run_dir, log)
 
 
-__all__ = ["BACKENDS", "Backend", "LaunchSpec", "LocalBackend", "make_backend"]
+__all__ = ["BACKENDS", "Backend", "LaunchSpec", "LocalBackend", "NodeNet", "make_backend"]

@@ -1,9 +1,15 @@
-"""The backend contract: where nodes live and how their torchrun agents start and stop."""
+"""The backend contract: where nodes live and how their torchrun agents start and stop.
+
+Three backends implement it: ``local`` (agents are processes on this host, loopback), ``netns``
+(one Linux network namespace per node on a bridge) and ``docker`` (one container per node on a
+user-defined bridge network). Faults act on nodes only through this contract, so every fault that a
+backend can support works the same way on each.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass
@@ -15,13 +21,36 @@ class LaunchSpec:
     env: dict[str, str]
 
 
+@dataclass(frozen=True)
+class NodeNet:
+    """Where a node's network lives, for network faults.
+
+    ``netns_path`` is what ``nsenter --net=<path>`` enters (``/run/netns/<name>`` for the netns
+    backend, ``/proc/<pid>/ns/net`` of the container's init for docker); ``iface`` is the node's
+    interface on the run's network (its qdisc is what ``tc`` changes); ``ip`` its address there.
+    """
+
+    node: int
+    name: str
+    ip: str
+    netns_path: str
+    iface: str
+
+
 class Backend(Protocol):
     """Starts one torchrun agent per node, reports their exits, and tears everything down.
 
-    ``teardown`` is idempotent and leaves no process of the run behind (agents, workers, and any
-    process that carries the run's ``CHAOS_RUN_ID``), whether the run passed, failed or was
-    interrupted.
+    ``teardown`` is idempotent and leaves nothing of the run behind (agents, workers, any process
+    that carries the run's ``CHAOS_RUN_ID``, and the backend's namespaces, links, containers and
+    networks), whether the run passed, failed or was interrupted.
     """
+
+    kind: str
+    nodes: int
+
+    def preflight(self) -> None:
+        """Raise :class:`~chaos.errors.CapabilityError` (naming the fix) if this machine cannot run
+        the backend. Called before anything starts."""
 
     def start(self, launch: LaunchSpec) -> None: ...
 
@@ -29,14 +58,40 @@ class Backend(Protocol):
         """(node, exit code) of agents that exited since the last call."""
 
     def running(self) -> bool:
-        """True while any agent runs."""
+        """True while any agent runs (or a crashed node is due to be restarted by the schedule)."""
 
-    def agent_pid(self, node: int) -> int | None: ...
+    def agent_pid(self, node: int) -> int | None:
+        """Host pid of the node's running agent, or None."""
 
     def signal_agent(self, node: int, signum: int, wait_s: float) -> bool:
         """Signal the agent of ``node``, wait up to ``wait_s`` s for its exit; False if none ran."""
 
     def worker_exit_codes(self) -> dict[int, int]:
-        """pid → exit code of worker processes whose exit the backend saw (as far as it can tell)."""
+        """pid (as the worker saw it) → exit code of worker processes whose exit the agents logged."""
+
+    def host_pid(self, node: int, pid: int) -> int | None:
+        """The host pid of a process that reported itself as ``pid`` on ``node`` (containers have
+        their own pid namespace); None if it is gone."""
+
+    def node_net(self, node: int) -> NodeNet | None:
+        """The node's network namespace and address; None where nodes share the host's network
+        (the local backend), so network faults cannot act."""
+
+    def node_pids(self, node: int) -> list[int]:
+        """Host pids of every live process of ``node`` (its agent and workers)."""
+
+    def crash_node(self, node: int, signum: int, wait_s: float) -> dict[str, Any]:
+        """Kill the whole node at once (agent and workers; for docker, the container) with
+        ``signum``; returns what was done."""
+
+    def restart_node(self, node: int) -> dict[str, Any]:
+        """Start a crashed node's agent again, same address and arguments, so it rejoins the
+        rendezvous. Raises :class:`~chaos.errors.ChaosError` if the node still runs."""
+
+    def freeze_node(self, node: int) -> dict[str, Any]:
+        """Stop every process of the node (SIGSTOP, or ``docker pause``: the cgroup freezer)."""
+
+    def thaw_node(self, node: int) -> dict[str, Any]:
+        """Undo :meth:`freeze_node`. Idempotent."""
 
     def teardown(self) -> None: ...

@@ -10,26 +10,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from chaos.backends.base import Backend
 from chaos.workers import WorkerTable
-
-
-class BackendHandle(Protocol):
-    """What faults may ask of a backend."""
-
-    def agent_pid(self, node: int) -> int | None: ...
-
-    def signal_agent(self, node: int, signum: int, wait_s: float) -> bool:
-        """Send ``signum`` to the agent of ``node`` and wait up to ``wait_s`` for it to exit (the
-        backend reaps it, so its exit code is kept). False if no agent was running."""
-        ...
 
 
 @dataclass
 class FaultEnv:
-    """Where faults act: the backend and the live workers the runner has seen."""
+    """Where faults act: the backend (see :class:`chaos.backends.base.Backend` for what a fault may
+    ask of it: pids, a node's network namespace, crash/restart/freeze), the live workers the runner
+    has seen, and the run's id (faults name what they create after it, so ``chaos cleanup`` finds
+    it)."""
 
-    backend: BackendHandle
+    backend: Backend
     workers: WorkerTable
+    run_id: str = ""
 
 
 class Fault(Protocol):
@@ -37,6 +31,10 @@ class Fault(Protocol):
 
     id: str
     instant: bool
+
+    def preflight(self, env: FaultEnv) -> None:
+        """Raise :class:`~chaos.errors.CapabilityError` (naming the fix or fallback) if the fault
+        cannot act on this machine and backend. Called before anything starts. Optional."""
 
     def ranks(self, env: FaultEnv) -> set[int] | None:
         """Global ranks this fault hits, if it hits ranks (used to know whom a gate waits for)."""

@@ -1,0 +1,212 @@
+"""Agents as child processes of the runner, one per node: the shared part of ``local`` and ``netns``.
+
+A subclass says where a node's agent runs (:meth:`HostAgents.wrap` prefixes its command, e.g. to
+enter a network namespace) and at which address peers reach it; this class starts, watches, crashes,
+restarts, freezes and tears down the agents.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from chaos.backends.base import LaunchSpec, NodeNet
+from chaos.backends.procs import kill_run_processes, run_processes, signal_pids
+from chaos.backends.torchrun import AgentLogs, agent_env, error_lines, torchrun_args
+from chaos.errors import ChaosError
+from chaos.history import RunnerLog
+from chaos.scenario import _NodesSpec
+
+TERM_GRACE_S = 3.0
+
+
+class HostAgents:
+    """Runs ``spec.nodes`` torchrun agents as child processes, each in its own session.
+
+    Logs go to ``<run_dir>/logs/agent-node<N>.log`` (appended to across a node's restarts).
+    """
+
+    kind = "host"
+
+    def __init__(self, spec: _NodesSpec, run_id: str, run_dir: Path, log: RunnerLog) -> None:
+        self.spec = spec
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.log = log
+        self.nodes = spec.nodes
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._reported: set[int] = set()  # nodes whose current agent's exit was reported
+        self._frozen: set[int] = set()
+        self.logs = AgentLogs(run_dir / "logs")
+        self.launch: LaunchSpec | None = None
+        self.port = 0
+
+    # -- what a subclass decides ---------------------------------------------------------------
+    def preflight(self) -> None:
+        """Nothing to check: every machine that runs torch can run agents as processes."""
+
+    def endpoint_host(self) -> str:
+        """The rendezvous host's address as the other nodes reach it."""
+        return "127.0.0.1"
+
+    def local_addr(self, node: int) -> str | None:
+        return None
+
+    def iface(self, node: int) -> str | None:
+        return None
+
+    def wrap(self, node: int, cmd: list[str]) -> list[str]:
+        """The command that runs ``cmd`` where ``node`` lives."""
+        return cmd
+
+    def setup(self) -> None:
+        """Create what the nodes live in (before any agent starts)."""
+
+    def node_net(self, node: int) -> NodeNet | None:
+        return None
+
+    def destroy(self) -> None:
+        """Undo :meth:`setup`; idempotent."""
+
+    # -- the contract ----------------------------------------------------------------------------
+    def start(self, launch: LaunchSpec) -> None:
+        from chaos.backends.local import free_port
+
+        self.launch = launch
+        self.port = free_port()
+        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.setup()
+        for node in range(self.spec.nodes):
+            self._start_agent(node)
+
+    def _start_agent(self, node: int) -> subprocess.Popen[bytes]:
+        assert self.launch is not None
+        launch = self.launch
+        env = {**os.environ, **agent_env(self.spec, launch, node, self.iface(node))}
+        if self.spec.share_rdzv_tcp_store:
+            env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
+        args = torchrun_args(self.spec, node, self.run_id, self.run_dir / "logs" / "torchelastic",
+                             self.endpoint_host(), self.port, self.local_addr(node))
+        cmd = self.wrap(node, [sys.executable, "-m", "torch.distributed.run", *args, launch.script, *launch.args])
+        with open(self.logs.path(node), "ab") as out:
+            proc = subprocess.Popen(
+                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=str(self.run_dir),
+            )
+        self.procs[node] = proc
+        self._reported.discard(node)
+        self.log.record("agent_start", node=node, pid=proc.pid, cmd=cmd)
+        return proc
+
+    def poll(self) -> list[tuple[int, int]]:
+        out = []
+        for node, proc in self.procs.items():
+            code = proc.poll()
+            if code is not None and node not in self._reported:
+                self._reported.add(node)
+                extra = {}
+                if code != 0:
+                    log = self.logs.path(node)
+                    extra = {"log": str(log), "log_tail": " | ".join(error_lines(log))}
+                self.log.record("agent_exit", node=node, pid=proc.pid, exit_code=code, **extra)
+                out.append((node, code))
+        return out
+
+    def worker_exit_codes(self) -> dict[int, int]:
+        return self.logs.exit_codes(range(self.spec.nodes))
+
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self.procs.values())
+
+    def agent_pid(self, node: int) -> int | None:
+        proc = self.procs.get(node)
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def host_pid(self, node: int, pid: int) -> int | None:
+        return pid if psutil.pid_exists(pid) else None
+
+    def signal_agent(self, node: int, signum: int, wait_s: float) -> bool:
+        proc = self.procs.get(node)
+        if proc is None or proc.poll() is not None:
+            return False
+        os.kill(proc.pid, signum)
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+        return True
+
+    def node_pids(self, node: int) -> list[int]:
+        return sorted(p.pid for p in run_processes(self.run_id, node))
+
+    def crash_node(self, node: int, signum: int, wait_s: float) -> dict[str, Any]:
+        """SIGKILL: every process of the node at once (the host died). SIGTERM: the agent only (it
+        then stops its workers, as on a graceful shutdown)."""
+        proc = self.procs.get(node)
+        if proc is None or proc.poll() is not None:
+            raise ChaosError(f"node-crash: node {node} is not running")
+        if signum == signal.SIGKILL:
+            pids = self.node_pids(node)
+            signal_pids(pids, signal.SIGKILL)
+        else:
+            pids = [proc.pid]
+            os.kill(proc.pid, signum)
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+        if signum == signal.SIGKILL:
+            kill_run_processes(self.run_id, node)  # a worker forked meanwhile
+        return {"node": node, "signal": signal.Signals(signum).name, "pids": pids,
+                "agent_exited": proc.poll() is not None}
+
+    def restart_node(self, node: int) -> dict[str, Any]:
+        proc = self.procs.get(node)
+        if proc is not None and proc.poll() is None:
+            raise ChaosError(f"node-restart: node {node} is still running; crash it first (node-crash)")
+        self.poll()  # report the old agent's exit before its successor starts
+        new = self._start_agent(node)
+        return {"node": node, "pid": new.pid}
+
+    def freeze_node(self, node: int) -> dict[str, Any]:
+        pids = self.node_pids(node)
+        self._frozen.add(node)
+        return {"node": node, "pids": signal_pids(pids, signal.SIGSTOP)}
+
+    def thaw_node(self, node: int) -> dict[str, Any]:
+        self._frozen.discard(node)
+        return {"node": node, "pids": signal_pids(self.node_pids(node), signal.SIGCONT)}
+
+    def teardown(self) -> None:
+        """Thaw, SIGTERM agents (torchrun then stops its workers), SIGKILL whatever of the run is left,
+        then remove what the nodes lived in."""
+        for node in list(self._frozen):
+            self.thaw_node(node)
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.time() + TERM_GRACE_S
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+        killed = kill_run_processes(self.run_id)
+        if killed:
+            self.log.record("teardown_killed", pids=killed)
+        self.poll()
+        self.destroy()

@@ -1,0 +1,94 @@
+"""What every backend hands torchrun: its arguments, the agents' environment, and reading its logs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from chaos.backends.base import LaunchSpec
+from chaos.scenario import _NodesSpec
+
+# torchrun's line for a failed worker: "failed (exitcode: -9) local_rank: 1 (pid: 2643) of binary: ..."
+EXITCODE_RE = re.compile(rb"exitcode: (-?\d+)\)? local_rank: (\d+) \(pid: (\d+)\)")
+# lines worth quoting from a failed agent's log: exceptions and argparse errors of the workers
+ERROR_LINE_RE = re.compile(r"^(?:\[rank\d+\]: )?(?:[\w.]*(?:Error|Exception)\b.*|\S+\.py: error: .*)$")
+
+
+def torchrun_args(spec: _NodesSpec, node: int, run_id: str, log_dir: Path, host: str, port: int,
+                  local_addr: str | None = None) -> list[str]:
+    """torchrun's arguments for ``node``: rendezvous at ``host:port`` (c10d) or master ``host:port``
+    (static). ``local_addr`` is the node's own address, which peers use to reach it (needed where
+    every node has the same hostname: namespaces, containers)."""
+    nnodes = f"{spec.min_nodes}:{spec.nodes}" if spec.elastic else str(spec.nodes)
+    args = [
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={spec.nproc_per_node}",
+        f"--max-restarts={spec.max_restarts}",
+        f"--monitor-interval={spec.monitor_interval_s}",
+        f"--log-dir={log_dir}",  # not /tmp/torchelastic_*
+    ]
+    if local_addr:
+        args.append(f"--local-addr={local_addr}")
+    if spec.rdzv_backend == "c10d":
+        args += ["--rdzv-backend=c10d", f"--rdzv-endpoint={host}:{port}", f"--rdzv-id={run_id}"]
+        # say who hosts the store: on one host every agent would match the endpoint's address
+        conf = {**spec.rdzv_settings(), "is_host": int(node == spec.rdzv_node)}
+        args.append("--rdzv-conf=" + ",".join(f"{k}={v}" for k, v in conf.items()))
+    else:
+        args += [f"--master-addr={host}", f"--master-port={port}", f"--node-rank={node}"]
+    return args
+
+
+def agent_env(spec: _NodesSpec, launch: LaunchSpec, node: int, iface: str | None = None) -> dict[str, str]:
+    """The variables an agent (and so its workers) gets on top of the node's own environment."""
+    env = {**launch.env, "CHAOS_NODE": str(node), "PYTHONUNBUFFERED": "1"}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if not spec.share_rdzv_tcp_store:
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    if iface:
+        env["GLOO_SOCKET_IFNAME"] = iface  # gloo would otherwise resolve the (shared) hostname
+    return env
+
+
+class AgentLogs:
+    """Reads worker exit codes out of the agents' logs (``logs/agent-node<N>.log``) incrementally."""
+
+    def __init__(self, logs_dir: Path) -> None:
+        self.logs_dir = logs_dir
+        self._offsets: dict[int, int] = {}
+        self._codes: dict[int, int] = {}
+
+    def path(self, node: int) -> Path:
+        return self.logs_dir / f"agent-node{node}.log"
+
+    def exit_codes(self, nodes: range) -> dict[int, int]:
+        """pid → exit code of every worker whose failure torchrun logged (negative: that signal)."""
+        for node in nodes:
+            try:
+                with open(self.path(node), "rb") as f:
+                    f.seek(self._offsets.get(node, 0))
+                    chunk = f.read()
+            except FileNotFoundError:
+                continue
+            end = chunk.rfind(b"\n") + 1
+            self._offsets[node] = self._offsets.get(node, 0) + end
+            for code, _local_rank, pid in EXITCODE_RE.findall(chunk[:end]):
+                self._codes[int(pid)] = int(code)
+        return dict(self._codes)
+
+
+def error_lines(log: Path, limit: int = 2) -> list[str]:
+    """The last ``limit`` distinct error lines of a log (worker exceptions, argparse errors)."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    found: list[str] = []
+    for line in reversed(lines):
+        line = line.strip()
+        quoted = ERROR_LINE_RE.match(line) and "ChildFailedError" not in line and "SignalException" not in line
+        if quoted and line[:300] not in found:
+            found.append(line[:300])
+        if len(found) >= limit:
+            break
+    return list(reversed(found))
