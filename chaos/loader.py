@@ -14,11 +14,10 @@ import yaml
 from pydantic import ValidationError
 
 from chaos.errors import ScenarioError
-from chaos.scenario import ARG_PLACEHOLDERS, Scenario
+from chaos.scenario import ARG_PLACEHOLDERS, NETWORK_FAULTS, Scenario
 
-FAULT_NAMES = ("kill", "gradient", "parameter")
-BACKEND_NAMES = ("local",)
-PLANNED_BACKENDS = {"docker": "issue 3", "netns": "issue 3"}
+FAULT_NAMES = ("kill", "gradient", "parameter", "pause", "node-crash", "node-restart", *NETWORK_FAULTS)
+BACKEND_NAMES = ("local", "netns", "docker")
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -105,9 +104,28 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
     world = nodes * nproc if nodes and nproc else None
     deadline = data.get("deadline_s", 300.0)
     schedule = data.get("schedule")
+    kind = backend.get("kind", "local")
     for i, fault in enumerate(schedule if isinstance(schedule, list) else []):
         loc: tuple[Any, ...] = ("schedule", i)
         fault = _dict(fault)
+        fault_name = fault.get("fault")
+        if fault_name in NETWORK_FAULTS and kind == "local":
+            out.append(
+                f"{at(loc + ('fault',))}schedule[{i}].fault={fault_name!r} needs nodes with a network of their own, "
+                "which backend.kind='local' does not have; use backend: {kind: netns} (root) or {kind: docker}"
+            )
+        node_fields: list[tuple[tuple[Any, ...], Any]] = [(("node",), fault.get("node"))]
+        between = fault.get("between")
+        for s_i, side in enumerate(between if isinstance(between, list) else []):
+            for n_i, value in enumerate(side if isinstance(side, list) else []):
+                node_fields.append((("between", s_i, n_i), value))
+        for where_n, value in node_fields:
+            value = _int(value)
+            if value is not None and nodes is not None and value >= nodes:
+                out.append(
+                    f"{at(loc + where_n)}schedule[{i}].{_fmt_loc(where_n)}={value} must be less than "
+                    f"backend.nodes={nodes}; use a node in 0..{nodes - 1}"
+                )
         trig, sel = _dict(fault.get("trigger")), _dict(fault.get("select"))
         at_step, at_time = _int(trig.get("at_step")), trig.get("at_time_s")
         if at_step is not None and steps is not None and at_step > steps:
@@ -189,9 +207,6 @@ def _describe(err: Any, node: Any, data: Any) -> str:
         known = FAULT_NAMES if tag == "fault" else BACKEND_NAMES
         sub = f"{field}.{tag}" if field else tag
         where = f"line {_line_of(node, clean + (tag,)) or line}: " if (line or _line_of(node, clean + (tag,))) else ""
-        if tag == "kind" and given in PLANNED_BACKENDS:
-            return (f"{where}{sub}={given!r} is not available in this version ({PLANNED_BACKENDS[given]}); "
-                    f"use one of: {', '.join(known)}")
         hint = difflib.get_close_matches(str(given), known, n=1)
         use = f"did you mean {hint[0]!r}? " if hint else ""
         what = "fault" if tag == "fault" else "backend"

@@ -33,6 +33,7 @@ class Planned:
     fired_at: float | None = None
     healed: bool = False
     heal_at: float | None = None
+    healed_at: float | None = None
     arrived: set[int] = field(default_factory=set)
     arrived_at: float | None = None
     gate_open: bool = False
@@ -73,6 +74,41 @@ class Nemesis:
 
     def schedule_summary(self) -> list[dict[str, Any]]:
         return [{"id": p.id, "fault": p.spec.fault, "description": p.fault.describe()} for p in self.planned]
+
+    def preflight(self) -> None:
+        """Ask every fault whether it can act here; raises :class:`~chaos.errors.CapabilityError`."""
+        for p in self.planned:
+            check = getattr(p.fault, "preflight", None)
+            if check is not None:
+                check(self.env)
+
+    def _pause_ranks(self, p: Planned) -> set[int]:
+        sel = p.spec.select
+        return {sel.rank} if sel.rank is not None else set(self.env.workers.ranks_of_node(sel.node))
+
+    def paused_ranks(self) -> set[int]:
+        """Ranks a ``pause`` fault holds right now (silent on purpose)."""
+        out: set[int] = set()
+        for p in self.planned:
+            if p.spec.fault == "pause" and p.fired_at is not None and not p.healed:
+                out |= self._pause_ranks(p)
+        return out
+
+    def last_heal_t(self, rank: int) -> float:
+        """When a pause of ``rank`` was last healed (0.0 if never): its silence counts from then."""
+        return max((p.healed_at for p in self.planned if p.spec.fault == "pause" and p.healed_at
+                    and rank in self._pause_ranks(p)), default=0.0)
+
+    def awaiting_restart(self) -> bool:
+        """True while a node the schedule will bring back is down (the run must wait for it)."""
+        for p in self.planned:
+            if p.failed is not None or self.closed:
+                continue
+            if p.spec.fault == "node-restart" and p.fired_at is None:
+                return True
+            if p.spec.fault == "node-crash" and p.fired_at is not None and p.heal_at is not None and not p.healed:
+                return True
+        return False
 
     def start(self, t0: float) -> None:
         """The job was launched at ``t0`` (Unix time): the origin of ``at_time_s`` triggers."""
@@ -166,10 +202,14 @@ class Nemesis:
             return self.log.record("fault_not_fired", **base, reason=str(exc))
         if p.fault.instant:
             p.healed = True
+        else:
+            duration = getattr(p.spec, "duration_s", None) or getattr(p.fault, "duration_s", None)
+            if duration:
+                p.heal_at = p.fired_at + duration
         return self.log.record("fault_inject", **base, **details)
 
     def _heal(self, p: Planned) -> list[Event]:
-        p.healed = True
+        p.healed, p.healed_at = True, time.time()
         done = p.fault.heal(self.env)
         return [self.log.record("fault_heal", fault_id=p.id, description=p.fault.describe(), **(done or {}))]
 
@@ -188,6 +228,8 @@ class Nemesis:
         Nothing fires after this."""
         self.closed = True
         for p in self.planned:
+            if not p.healed and not getattr(p.fault, "heal_at_end", True):
+                p.healed = True  # e.g. a crashed node is not brought back just to be torn down
             if not p.healed:
                 try:
                     if p.fired_at is not None:

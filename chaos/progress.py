@@ -21,6 +21,7 @@ class LiveProgress:
         self.console = console
         self.steps = steps
         self.world_size = world_size
+        self.world = world_size  # the current world size (changes when an elastic job regroups)
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
             TimeElapsedColumn(), console=console, transient=False,
@@ -65,6 +66,9 @@ class LiveProgress:
                 self._task(rank)
         elif kind == "agent_start":
             self._say(e["t"], f"torchrun agent of node {e['node']} started (pid {e['pid']})")
+        elif kind == "start" and e.get("world_size") and e["world_size"] != self.world and e.get("rank") == 0:
+            self._say(e["t"], f"[bold]world size {self.world} → {e['world_size']}[/] (the job regrouped)")
+            self.world = e["world_size"]
         elif kind == "start" and e.get("restart", 0) > 0:
             self.progress.update(self._task(e["rank"]), description=f"rank {e['rank']} [yellow](restart {e['restart']})[/]")
             if e["rank"] == 0:
@@ -81,6 +85,9 @@ class LiveProgress:
             self._say(e["t"], f"[green]healed[/] {e['description']}")
         elif kind == "fault_not_fired":
             self._say(e["t"], f"[yellow]fault did not fire[/]: {e['description']}: {e.get('reason')}")
+        elif kind == "hang_detected":
+            stuck = ", ".join(f"rank {x['rank']} ({x['silent_s']:.0f} s)" for x in e.get("stuck", []))
+            self._say(e["t"], f"[bold red]hang[/]: {stuck} silent past {e['bound_s']:g} s; stopping the job")
         elif kind == "deadline_exceeded":
             self._say(e["t"], f"[bold red]deadline of {e['deadline_s']:g} s exceeded[/]; stopping the job")
         elif kind == "interrupted":

@@ -28,7 +28,7 @@ def print_result(console: Console, result: RunResult) -> None:
     """The verdict table, then where the run's files are and how to replay it."""
     console.print(verdict_table(result))
     status = {"completed": "[green]completed[/]", "deadline": "[red]stopped at the deadline[/]",
-              "interrupted": "[yellow]interrupted[/]"}.get(result.status, result.status)
+              "interrupted": "[yellow]interrupted[/]", "hung": "[red]stopped: the job hung[/]"}.get(result.status, result.status)
     ok = sum(v.ok for v in result.verdicts)
     console.print(f"run {status} in {result.wall_time_s:.1f} s; {ok}/{len(result.verdicts)} checks ok; "
                   f"{result.reference_note}")

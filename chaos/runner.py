@@ -22,6 +22,7 @@ import json
 import os
 import secrets
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -38,7 +39,7 @@ from chaos.history import Event, EventTail, History, RunnerLog, merge_run_dir
 from chaos.nemesis import Nemesis
 from chaos.reference import ReferenceCache
 from chaos.scenario import Scenario
-from chaos.workers import WorkerTable, alive
+from chaos.workers import WorkerTable
 
 POLL_S = 0.02
 Observer = Callable[[Event], None]
@@ -142,7 +143,8 @@ def new_run_id(name: str) -> str:
 def _fill_args(scenario: Scenario, run_dir: Path) -> list[str]:
     t = scenario.target
     values = {"checkpoint_dir": str(run_dir / "checkpoints"), "run_dir": str(run_dir), "steps": t.steps,
-              "seed": t.seed, "checkpoint_every": t.checkpoint_every or ""}
+              "seed": t.seed, "checkpoint_every": t.checkpoint_every or "",
+              "collective_timeout_s": f"{t.collective_timeout_s:g}" if t.collective_timeout_s else ""}
     return [a.format(**values) for a in t.args]
 
 
@@ -170,6 +172,7 @@ def run_scenario(
     Raises :class:`~chaos.errors.ChaosError` only for problems found before anything starts.
     """
     runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
+    preflight(scenario)
     ref: Reference | None = None
     note = "no reference needed"
     if reference and any(CHECKS[c].needs_reference for c in scenario.check_names() if c in CHECKS):
@@ -182,6 +185,20 @@ def run_scenario(
     elif not reference:
         note = "reference disabled"
     return _Run(scenario, runs_dir, observer, deadline_s or scenario.deadline_s).execute(ref, note)
+
+
+def preflight(scenario: Scenario) -> None:
+    """Check, before anything starts, that this machine can run the scenario's backend and faults.
+
+    Raises :class:`~chaos.errors.CapabilityError` naming what is missing and the fix or fallback."""
+    with tempfile.TemporaryDirectory(prefix="chaos-preflight-") as tmp:
+        log = RunnerLog(Path(tmp) / "runner.jsonl")
+        try:
+            backend = make_backend(scenario.backend, "preflight", Path(tmp), log)
+            backend.preflight()
+            Nemesis(scenario, FaultEnv(backend, WorkerTable(), "preflight"), log, Path(tmp) / "control").preflight()
+        finally:
+            log.close()
 
 
 def _reference_run(scenario: Scenario, runs_dir: Path, deadline_s: float | None) -> RunResult:
@@ -202,14 +219,16 @@ class _Run:
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         _dump_scenario(scenario, self.run_dir / "scenario.yaml")
         self.log = RunnerLog(self.run_dir / "runner.jsonl")
-        self.workers = WorkerTable()
         self.backend = make_backend(scenario.backend, self.run_id, self.run_dir, self.log)
+        self.workers = WorkerTable(resolve=self.backend.host_pid)
         self.nemesis = Nemesis(scenario, FaultEnv(self.backend, self.workers, self.run_id), self.log, self.run_dir / "control")
         self.tail = EventTail(self.run_dir / "events")
         self.max_step: int | None = None
         self._exit_status: dict[int, str] = {}  # pid → the probe's exit status
         self._signalled: dict[int, int] = {}  # pid → signal a fault sent it
         self._exit_reported: set[int] = set()
+        self.hang_bound_s = no_hang_bound(scenario)
+        self._last_event: dict[int, float] = {}  # id(worker) → time of its newest event
 
     def _notify(self, events: list[Event]) -> None:
         if self.observer is None:
@@ -226,6 +245,9 @@ class _Run:
         caused: list[Event] = []
         for e in events:
             self.workers.observe(e)
+            worker = self.workers.by_rank.get(e.get("rank", -1))
+            if worker is not None and worker.pid == e.get("pid") and e.get("source") != "runner":
+                self._last_event[id(worker)] = e["t"]
             made = self.nemesis.observe(e)
             if made is not None:
                 caused.append(made)
@@ -250,7 +272,7 @@ class _Run:
         """A ``worker_exit`` event (rank, pid, exit code if known) for each worker process that ended."""
         codes: dict[int, int] | None = None
         for w in self.workers.all:
-            if w.pid in self._exit_reported or (not final and alive(w.pid)):
+            if id(w) in self._exit_reported or (not final and self.workers.is_alive(w)):
                 continue
             if not final and self._exit_status.get(w.pid) == "ok" and w.pid not in self._signalled:
                 # it said it finished, but it may still have died in teardown (SIGABRT); torchrun logs that
@@ -263,9 +285,24 @@ class _Run:
                 code = -self._signalled[w.pid]
             if code is None and w.pid in self._exit_status:
                 code = 0 if self._exit_status[w.pid] == "ok" else 1
-            self._exit_reported.add(w.pid)
+            self._exit_reported.add(id(w))
             self._notify([self.log.record("worker_exit", rank=w.rank, node=w.node, pid=w.pid, restart=w.restart,
                                           exit_code=code)])
+
+    def _hung(self) -> list[dict[str, Any]]:
+        """Live workers silent for longer than the ``no_hang`` bound (a paused one excepted while paused)."""
+        if self.hang_bound_s is None:
+            return []
+        now = time.time()
+        paused = self.nemesis.paused_ranks()
+        stuck = []
+        for w in self.workers.live():
+            last = max(self._last_event.get(id(w), 0.0), self.nemesis.last_heal_t(w.rank))
+            if w.rank in paused or not last or now - last <= self.hang_bound_s:
+                continue
+            stuck.append({"rank": w.rank, "node": w.node, "pid": w.pid, "silent_s": round(now - last, 2),
+                          "last_step": w.last_step})
+        return stuck
 
     def execute(self, ref: Reference | None, note: str) -> RunResult:
         s = self.scenario
@@ -286,8 +323,13 @@ class _Run:
             self.backend.start(LaunchSpec(str(s.script_path), _fill_args(s, self.run_dir), env))
             self.nemesis.start(time.time())
             deadline = t_start + self.deadline_s
-            while self.backend.running():
+            while self.backend.running() or self.nemesis.awaiting_restart():
                 self._pump()
+                hung = self._hung()
+                if hung:
+                    status = "hung"
+                    self._notify([self.log.record("hang_detected", bound_s=self.hang_bound_s, stuck=hung)])
+                    break
                 if time.time() > deadline:
                     status = "deadline"
                     stuck = sorted(w.rank for w in self.workers.live())
@@ -320,13 +362,25 @@ class _Run:
         return result
 
 
+def no_hang_bound(scenario: Scenario) -> float | None:
+    """Seconds a live worker may be silent before the run is called hung (the ``no_hang`` check's
+    ``timeout_s + slack_s``); None when the scenario does not check for hangs."""
+    spec = next((c for c in scenario.checks if c.name == "no_hang"), None)
+    if spec is None:
+        return None
+    from chaos.checks.hang import bound_s
+
+    return bound_s(spec.params, scenario.target.collective_timeout_s)
+
+
 def judge(events: list[Event], scenario: Scenario, ref: Reference | None) -> list[Verdict]:
     """Run the scenario's checks (and the always-on ones) over a history."""
     history = History(events)
     verdicts = []
     for name in [*ALWAYS, *[c for c in scenario.check_names() if c not in ALWAYS]]:
         params = next((c.params for c in scenario.checks if c.name == name), {})
-        ctx = CheckContext(scenario.target.steps, scenario.world_size, scenario.target.checkpoint_every, ref, params)
+        ctx = CheckContext(scenario.target.steps, scenario.world_size, scenario.target.checkpoint_every, ref, params,
+                           scenario.target.collective_timeout_s, scenario.backend.rdzv_node)
         verdicts.append(run_check(name, history, ctx))
     return verdicts
 

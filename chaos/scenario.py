@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 GATE_EVENTS = ("step", "checkpoint_save_begin", "checkpoint_write", "checkpoint_saved")
 
 # Placeholders a target's ``args`` may use; the runner fills them in.
-ARG_PLACEHOLDERS = ("checkpoint_dir", "run_dir", "steps", "seed", "checkpoint_every")
+ARG_PLACEHOLDERS = ("checkpoint_dir", "run_dir", "steps", "seed", "checkpoint_every", "collective_timeout_s")
 
 
 class _Model(BaseModel):
@@ -29,14 +29,17 @@ class TargetSpec(_Model):
     script: str = Field(description="Path of the training script, relative to the scenario file.")
     args: list[str] = Field(
         default_factory=list,
-        description="Script arguments; {checkpoint_dir}, {run_dir}, {steps}, {seed} and "
-        "{checkpoint_every} are filled in by the runner.",
+        description="Script arguments; {checkpoint_dir}, {run_dir}, {steps}, {seed}, {checkpoint_every} and "
+        "{collective_timeout_s} are filled in by the runner.",
     )
     steps: int = Field(gt=0, description="Optimizer steps the job runs in all (its last step's number).")
     checkpoint_every: int | None = Field(
         default=None, gt=0, description="Steps between checkpoints (bounds the progress a restore may lose)."
     )
     seed: int = Field(default=0, description="The job's seed, passed as {seed}.")
+    collective_timeout_s: float | None = Field(
+        default=None, gt=0, description="The job's collective timeout (init_process_group(timeout=...)), seconds, "
+        "passed as {collective_timeout_s}; what `no_hang` holds the job to.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the job.")
 
 

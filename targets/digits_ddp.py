@@ -13,6 +13,12 @@ Deliberately broken modes, for testing the checks themselves (``--broken``, repe
   non-atomic-save       write straight to the final name; a kill mid-save leaves a torn file
   no-rng-restore        do not restore RNG state or data position (restart the epoch's data)
   no-optimizer-restore  restore the model only; optimizer and LR scheduler start fresh
+  no-collective-timeout ignore --timeout-s (torch's default, 30 min): a paused peer blocks the others
+
+Elastic: restored at another world size (torchrun --nnodes=MIN:MAX after a node is lost or comes
+back), the job re-shards its data: ``DistributedSampler`` interleaves one permutation over the
+ranks, so after ``b`` batches the first ``b * batch * world`` samples of the epoch are consumed; the
+new world resumes the epoch after that prefix.
 
 Run by hand: ``torchrun --standalone --nproc-per-node 2 targets/digits_ddp.py --checkpoint-dir /tmp/ck``
 """
@@ -24,6 +30,7 @@ import io
 import os
 import re
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -38,7 +45,7 @@ from chaos import probe
 from chaos.probe import sdc
 from chaos.probe.detectors import SdcDetectors
 
-BROKEN_MODES = ("non-atomic-save", "no-rng-restore", "no-optimizer-restore")
+BROKEN_MODES = ("non-atomic-save", "no-rng-restore", "no-optimizer-restore", "no-collective-timeout")
 CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")
 
 
@@ -59,6 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--replica-digest-every", type=int, default=10, help="steps between cross-replica digest checks")
     ap.add_argument("--sdc-reaction", choices=["rollback", "none"], default="rollback",
                     help="on an SDC alarm: roll every rank back to the newest checkpoint, or only record it")
+    ap.add_argument("--step-time-ms", type=float, default=0.0,
+                    help="pad every step to at least this long, ms (a bigger model's compute; 0: none)")
     ap.add_argument("--broken", action="append", default=[], choices=BROKEN_MODES)
     return ap.parse_args(argv)
 
@@ -123,7 +132,8 @@ def save_checkpoint(state: dict, ckpt_dir: str, step: int, keep: int, atomic: bo
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     p = probe.get()
-    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout_s))
+    timeout_s = 1800.0 if "no-collective-timeout" in args.broken else args.timeout_s
+    dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -160,9 +170,17 @@ def main(argv: list[str] | None = None) -> None:
             opt.load_state_dict(state["optimizer"])
             sched.load_state_dict(state["scheduler"])
         position = (0, 0)
-        if "no-rng-restore" not in args.broken and state["world_size"] == world:
-            torch.set_rng_state(state["rng"][rank])
-            position = (state["data_position"]["epoch"], state["data_position"]["batch"])
+        if "no-rng-restore" not in args.broken:
+            saved_world, pos = state["world_size"], state["data_position"]
+            if saved_world == world:
+                torch.set_rng_state(state["rng"][rank])
+                position = (pos["epoch"], pos["batch"])
+            else:  # re-shard: skip the prefix of the epoch's permutation the old world consumed
+                consumed = pos["batch"] * args.batch_size * saved_world
+                position = (pos["epoch"], -(-consumed // (args.batch_size * world)))
+                torch.set_rng_state(state["rng"][rank % saved_world])
+                p.emit("resharded", step=state["step"], from_world_size=saved_world, world_size=world,
+                       samples_consumed=consumed, batch=position[1])
         p.checkpoint_loaded(state["step"], path, probe.bytes_digest(data), world_size=world)
         return state["step"], *position
 
@@ -207,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
             batch = indices[b * args.batch_size:(b + 1) * args.batch_size]
             x, y = train.tensors[0][batch], train.tensors[1][batch]
             step_no = step + 1
+            step_began = time.monotonic()
             inj.begin_step(step_no)
             det.begin_step(step_no)
             model.train()
@@ -235,6 +254,9 @@ def main(argv: list[str] | None = None) -> None:
             opt.step()  # a no-op when react() dropped the gradients
             sched.step()
             inj.after_step()
+            pad = args.step_time_ms / 1000 - (time.monotonic() - step_began)
+            if pad > 0:
+                time.sleep(pad)
             step, b = step_no, b + 1
             digest = args.digest_every and (step % args.digest_every == 0 or step == args.steps)
             p.step(step, loss=loss.item(), params=model.parameters() if digest else None)

@@ -77,6 +77,8 @@ class CheckContext:
     checkpoint_every: int | None
     reference: Reference | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    collective_timeout_s: float | None = None
+    rdzv_node: int = 0
 
 
 @dataclass

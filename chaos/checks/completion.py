@@ -96,6 +96,22 @@ def _progress(history: History) -> str:
     return "last step " + ", ".join(f"rank {r}: {s}" for r, s in sorted(last.items()))
 
 
+def _crashed_agent_exits(history: History) -> set[int]:
+    """ids of ``agent_exit`` events that a node-crash (or agent kill) fault caused: the first exit of
+    that node's agent after the fault. Those are the fault's doing, not the job's failure."""
+    out: set[int] = set()
+    exits = history.of("agent_exit")
+    for f in history.faults():
+        sel = f.get("select") or {}
+        node = f.get("node") if f.get("fault") == "node-crash" else sel.get("agent") if f.get("fault") == "kill" else None
+        if node is None:
+            continue
+        after = next((e for e in exits if e.get("node") == node and e["t"] >= f["t"] - 0.5), None)
+        if after is not None:
+            out.add(id(after))
+    return out
+
+
 @check("the job ran to its last step and every agent exited 0 within the deadline")
 def completes(history: History, ctx: CheckContext) -> Verdict:
     name = "completes"
@@ -112,15 +128,22 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
             parts.append(f"stuck ranks: {stuck}")
         parts += _stalled_incarnations(history) + _last_errors(history) + _hints(history)
         return Verdict(name, "failed", "; ".join(dict.fromkeys(parts)), events=[deadline])
+    hung = history.first("hang_detected")
+    if hung is not None:
+        stuck = ", ".join(f"rank {s['rank']} ({s['silent_s']:.0f} s silent)" for s in hung.get("stuck", []))
+        return Verdict(name, "failed", f"the job hung and was stopped: {stuck}; {_progress(history)}", events=[hung])
     exits = history.of("agent_exit")
-    bad = [e for e in exits if e.get("exit_code") != 0]
+    crashed = _crashed_agent_exits(history)
+    bad = [e for e in exits if e.get("exit_code") != 0 and id(e) not in crashed]
     if bad:
         codes = ", ".join(f"node {e['node']} exited {e['exit_code']}" for e in bad)
         parts = [f"torchrun agent failed: {codes}; {_progress(history)}"]
         parts += _aborted_after_clean_exit(history) + _last_errors(history) + _hints(history) + _log_tails(history)
         return Verdict(name, "failed", "; ".join(parts), events=bad[:3])
     reached = _reached(history)
-    short = {r: reached.get(r) for r in range(ctx.world_size) if reached.get(r) != ctx.steps}
+    starts = history.probe("start")
+    final_world = int(starts[-1].get("world_size") or ctx.world_size) if starts else ctx.world_size
+    short = {r: reached.get(r) for r in range(final_world) if reached.get(r) != ctx.steps}
     if short:
         what = ", ".join(f"rank {r} reached {'no step' if s is None else f'step {s}'}" for r, s in sorted(short.items()))
         return Verdict(name, "failed", f"agents exited 0 but not every rank reached step {ctx.steps}: {what}",

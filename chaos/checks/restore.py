@@ -25,8 +25,8 @@ def _first_error(history: History, r: Restore) -> str:
 def _rank_problems(r: Restore) -> tuple[list[str], list[dict]]:
     problems: list[str] = []
     examples: list[dict] = []
-    expected = r.durable
     for rank, rec in sorted(r.ranks.items()):
+        expected = rec.durable if rec.durable is not None else r.durable
         who = f"rank {rank} (restart {rec.start.get('restart', '?')}, pid {rec.start['pid']})"
         if rec.load_failed is not None:
             path = rec.load_failed["path"]
@@ -72,10 +72,10 @@ def _rank_problems(r: Restore) -> tuple[list[str], list[dict]]:
                 f"step {expected['step']} ({_ckpt(expected['path'])})"
             )
             examples.append(loaded)
-        elif r.saved_digests.get(path) not in (None, loaded.get("digest")):
+        elif r.saved_digests.get(path, expected.get("digest")) not in (None, loaded.get("digest")):
             problems.append(
                 f"{who} loaded {_ckpt(path)} with digest {short(loaded.get('digest'))}, but it was saved with "
-                f"digest {short(r.saved_digests[path])}: the file changed after its save"
+                f"digest {short(r.saved_digests.get(path, expected.get('digest')))}: the file changed after its save"
             )
             examples.append(loaded)
         if rec.first_step is not None and rec.first_step["step"] != loaded["step"] + 1:
@@ -110,14 +110,19 @@ def restored_from_checkpoint(history: History, ctx: CheckContext) -> Verdict:
         false = sum(len(rec.false_starts) for rec in r.ranks.values())
         note = (f" (after {false} worker start(s) that died before restoring: "
                 f"{_first_error(history, r)})") if false else ""
-        if r.durable is None:
-            oks.append(f"after {r.label()} no checkpoint was durable yet; ranks {sorted(r.ranks)} started from step 1{note}")
-        else:
-            d = r.durable
-            oks.append(
-                f"after {r.label()} ranks {sorted(r.ranks)} loaded {_ckpt(d['path'])} (step {d['step']}, digest "
-                f"{short(d['digest'])} = as saved) and resumed at step {d['step'] + 1}{note}"
-            )
+        groups: dict[str | None, list[int]] = {}
+        for rank, rec in sorted(r.ranks.items()):
+            groups.setdefault(rec.loaded["path"] if rec.loaded else None, []).append(rank)
+        parts = []
+        for path, ranks in groups.items():
+            loaded = next(rec.loaded for rec in r.ranks.values() if rec.loaded and rec.loaded["path"] == path) \
+                if path else None
+            if loaded is None:
+                parts.append(f"ranks {ranks} had no durable checkpoint and started from step 1")
+            else:
+                parts.append(f"ranks {ranks} loaded {_ckpt(path)} (step {loaded['step']}, digest "
+                             f"{short(loaded.get('digest'))} = as saved) and resumed at step {loaded['step'] + 1}")
+        oks.append(f"after {r.label()} " + "; ".join(parts) + note)
     if problems:
         return Verdict(name, "failed", "; ".join(problems), events=examples[:5])
     return Verdict(name, "ok", "; ".join(oks), events=[r.fault for r in rs][:5])

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from chaos.history import Event, History
 
-KILLING_FAULTS = ("kill",)
+KILLING_FAULTS = ("kill", "node-crash")
 RESTORE_KINDS = ("checkpoint_load_begin", "checkpoint_loaded", "checkpoint_load_failed", "step")
 
 
@@ -16,6 +16,7 @@ class RankRecovery:
 
     rank: int
     start: Event
+    durable: Event | None = None  # newest checkpoint_saved before this process started (what it should load)
     false_starts: list[Event] = field(default_factory=list)  # earlier processes that died before reaching the restore
     load_begin: Event | None = None
     loaded: Event | None = None
@@ -76,6 +77,9 @@ def restores(history: History) -> list[Restore]:
             reached = [s for s in starts if history.of_pid(s["pid"], *RESTORE_KINDS)]
             start = reached[0] if reached else starts[0]
             rec = RankRecovery(rank=rank, start=start, false_starts=[s for s in starts if s["t"] < start["t"]])
+            # a rank that rejoined later (an elastic job growing back) should load what was saved meanwhile
+            later = [e for e in history.probe("checkpoint_saved") if e["t"] < start["t"]]
+            rec.durable = max(later, key=lambda e: (e["step"], e["t"])) if later else None
             for e in history.of_pid(start["pid"]):
                 kind = e["kind"]
                 if kind == "checkpoint_load_begin" and rec.load_begin is None:

@@ -3,25 +3,42 @@
 from __future__ import annotations
 
 from chaos.faults.base import Fault, FaultEnv
-from chaos.faults.process import Kill
+from chaos.faults.process import Kill, NodeCrash, NodeRestart, Pause
 from chaos.faults.sdc import InProcess
-from chaos.scenario import FaultSpec
+from chaos.scenario import NETWORK_FAULTS, FaultSpec
 
-FAULTS: dict[str, type] = {"kill": Kill, "gradient": InProcess, "parameter": InProcess}
+FAULTS: dict[str, type] = {"kill": Kill, "gradient": InProcess, "parameter": InProcess, "pause": Pause,
+                           "node-crash": NodeCrash, "node-restart": NodeRestart}
 
 FAULT_DOCS: dict[str, str] = {
     "kill": "send a signal (SIGKILL default, SIGTERM, ...) to a rank, every worker of a node, or a node's agent",
+    "pause": "freeze a rank (SIGSTOP/SIGCONT) or a whole node (every process; docker pause) for duration_s",
+    "node-crash": "kill a whole node at once (agent + workers, or its container), optionally back after "
+                  "restart_after_s",
+    "node-restart": "start a crashed node again so it rejoins the rendezvous",
+    "delay": "delay a node's outgoing packets (netem; NFQUEUE delayer where the kernel has no netem); netns/docker",
+    "loss": "drop a share of a node's outgoing packets (netem; iptables -m statistic); netns/docker",
+    "bandwidth": "cap a node's outgoing bandwidth (tc tbf); netns/docker",
+    "partition": "split the nodes in two sides that cannot reach each other (iptables); netns/docker",
     "gradient": "SDC in one rank's gradient (bitflip, nan, inf, scale, noise), before (local) or after "
                 "(replica) the all-reduce, for one step or N; carried out by the probe",
     "parameter": "SDC: a bitflip in one rank's weight in memory after the optimizer step; carried out by the probe",
 }
 
 
+def fault_class(name: str) -> type:
+    """The class for a ``fault:`` name (network faults are imported on first use)."""
+    if name in NETWORK_FAULTS:
+        from chaos.faults.network import NETWORK_FAULT_CLASSES
+
+        return NETWORK_FAULT_CLASSES[name]
+    return FAULTS[name]
+
+
 def build_fault(spec: FaultSpec, index: int) -> Fault:
     """The fault object for schedule entry ``index``."""
-    cls = FAULTS[spec.fault]
-    fault: Fault = cls(spec, f"f{index}")
+    fault: Fault = fault_class(spec.fault)(spec, f"f{index}")
     return fault
 
 
-__all__ = ["FAULTS", "FAULT_DOCS", "Fault", "FaultEnv", "build_fault"]
+__all__ = ["FAULTS", "FAULT_DOCS", "Fault", "FaultEnv", "build_fault", "fault_class"]

@@ -1,4 +1,9 @@
-"""Process faults: ``kill`` a worker (by rank), every worker of a node, or a node's torchrun agent."""
+"""Process faults: ``kill`` a worker (by rank), every worker of a node, or a node's torchrun agent;
+``pause`` a rank or a whole node; ``node-crash`` and ``node-restart``.
+
+Pids in the journal are the workers' own (what their events and torchrun's log name); signals go to
+the host pids the backend resolves them to (containers have their own pid namespace).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +15,20 @@ import psutil
 
 from chaos.errors import ChaosError
 from chaos.faults.base import FaultEnv
-from chaos.scenario import KillFault
+from chaos.scenario import KillFault, NodeCrashFault, NodeRestartFault, PauseFault
 
 KILL_WAIT_S = 5.0
+
+
+def _select_workers(env: FaultEnv, rank: int | None, node: int | None) -> dict[int, tuple[int, int]]:
+    """host pid → (worker pid, rank) of the live workers a selector names."""
+    out = {}
+    for w in env.workers.live():
+        if (rank is not None and w.rank == rank) or (node is not None and w.node == node):
+            host = env.workers.host_pid(w)
+            if host is not None:
+                out[host] = (w.pid, w.rank)
+    return out
 
 
 class Kill:
@@ -30,6 +46,9 @@ class Kill:
     def describe(self) -> str:
         return self.spec.describe()
 
+    def preflight(self, env: FaultEnv) -> None:
+        return None
+
     def ranks(self, env: FaultEnv) -> set[int] | None:
         sel = self.spec.select
         if sel.rank is not None:
@@ -38,48 +57,175 @@ class Kill:
         ranks = env.workers.ranks_of_node(node) if node is not None else []
         return set(ranks) or None
 
-    def _pids(self, env: FaultEnv) -> dict[int, int | None]:
-        """pid → rank (``None`` for an agent)."""
+    def _targets(self, env: FaultEnv) -> dict[int, tuple[int, int | None]]:
+        """host pid → (pid as recorded, rank or None for an agent)."""
         sel = self.spec.select
-        if sel.rank is not None:
-            pid = env.workers.pid_of(sel.rank)
-            return {pid: sel.rank} if pid else {}
-        if sel.node is not None:
-            return {w.pid: w.rank for w in env.workers.live() if w.node == sel.node}
-        assert sel.agent is not None
-        pid = env.backend.agent_pid(sel.agent)
-        return {pid: None} if pid else {}
+        if sel.agent is not None:
+            pid = env.backend.agent_pid(sel.agent)
+            return {pid: (pid, None)} if pid else {}
+        return dict(_select_workers(env, sel.rank, sel.node))
 
     def ready(self, env: FaultEnv) -> bool:
-        return bool(self._pids(env))
+        return bool(self._targets(env))
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:
-        targets = self._pids(env)
+        targets = self._targets(env)
         if not targets:
             raise ChaosError(f"kill: no live process for {self.spec.select.describe()}")
         signum = signal.Signals[self.spec.signal]
+        base = {"signal": self.spec.signal, "pids": sorted(p for p, _ in targets.values()),
+                "ranks": sorted(r for _, r in targets.values() if r is not None),
+                "select": self.spec.select.model_dump(exclude_none=True)}
         if self.spec.select.agent is not None:
-            # the agent is the runner's child: the backend signals and reaps it, keeping its exit code
+            # the agent is the runner's child (or a container's init): the backend signals and reaps
+            # it, keeping its exit code
             env.backend.signal_agent(self.spec.select.agent, signum, KILL_WAIT_S)
-            return {"signal": self.spec.signal, "pids": sorted(targets), "ranks": [],
-                    "select": self.spec.select.model_dump(exclude_none=True),
-                    "still_alive": [p for p in targets if env.backend.agent_pid(self.spec.select.agent) == p]}
+            return {**base, "still_alive": [p for p in targets if env.backend.agent_pid(self.spec.select.agent) == p]}
         procs = []
-        for pid in targets:
+        for host in targets:
             try:
-                proc = psutil.Process(pid)
-                os.kill(pid, signum)
+                proc = psutil.Process(host)
+                os.kill(host, signum)
                 procs.append(proc)
             except (ProcessLookupError, psutil.NoSuchProcess):
                 continue
         _, alive = psutil.wait_procs(procs, timeout=KILL_WAIT_S)
-        return {
-            "signal": self.spec.signal,
-            "pids": sorted(targets),
-            "ranks": sorted(r for r in targets.values() if r is not None),
-            "select": self.spec.select.model_dump(exclude_none=True),
-            "still_alive": sorted(p.pid for p in alive),
-        }
+        return {**base, "host_pids": sorted(targets), "still_alive": sorted(targets[p.pid][0] for p in alive)}
+
+    def heal(self, env: FaultEnv) -> dict[str, Any] | None:
+        return None
+
+
+class Pause:
+    """SIGSTOP a rank's worker (or freeze a whole node) and SIGCONT it when healed.
+
+    A paused process is alive but silent: its peers block in the next collective until their
+    timeout (``no_hang`` judges what they did)."""
+
+    instant = False
+
+    def __init__(self, spec: PauseFault, fault_id: str) -> None:
+        self.spec = spec
+        self.id = fault_id
+        self._stopped: list[int] = []  # host pids we stopped
+        self._node_frozen = False
+
+    def describe(self) -> str:
+        return self.spec.describe()
+
+    def preflight(self, env: FaultEnv) -> None:
+        return None
+
+    def ranks(self, env: FaultEnv) -> set[int] | None:
+        sel = self.spec.select
+        if sel.rank is not None:
+            return {sel.rank}
+        return set(env.workers.ranks_of_node(sel.node)) or None if sel.node is not None else None
+
+    def ready(self, env: FaultEnv) -> bool:
+        sel = self.spec.select
+        if sel.rank is not None:
+            return env.workers.pid_of(sel.rank) is not None
+        return bool(env.backend.node_pids(sel.node)) if sel.node is not None else False
+
+    def inject(self, env: FaultEnv) -> dict[str, Any]:
+        sel = self.spec.select
+        if sel.node is not None:
+            done = env.backend.freeze_node(sel.node)
+            self._node_frozen = True
+            return {"node": sel.node, "ranks": env.workers.ranks_of_node(sel.node), "frozen": done,
+                    "duration_s": self.spec.duration_s}
+        targets = _select_workers(env, sel.rank, None)
+        if not targets:
+            raise ChaosError(f"pause: no live process for {sel.describe()}")
+        for host in targets:
+            try:
+                os.kill(host, signal.SIGSTOP)
+                self._stopped.append(host)
+            except ProcessLookupError:
+                continue
+        return {"signal": "SIGSTOP", "pids": sorted(p for p, _ in targets.values()), "host_pids": sorted(targets),
+                "ranks": sorted(r for _, r in targets.values()), "duration_s": self.spec.duration_s}
+
+    def heal(self, env: FaultEnv) -> dict[str, Any] | None:
+        if self._node_frozen and self.spec.select.node is not None:
+            self._node_frozen = False
+            return {"thawed": env.backend.thaw_node(self.spec.select.node)}
+        if not self._stopped:
+            return None
+        resumed = []
+        for host in self._stopped:
+            try:
+                os.kill(host, signal.SIGCONT)
+                resumed.append(host)
+            except ProcessLookupError:
+                continue
+        self._stopped = []
+        return {"signal": "SIGCONT", "host_pids": resumed}
+
+
+class NodeCrash:
+    """Kill a whole node (its agent and workers, or its container); with ``restart_after_s``, bring
+    it back that much later (the heal)."""
+
+    heal_at_end = False  # when the run ends, a crashed node stays down
+
+    def __init__(self, spec: NodeCrashFault, fault_id: str) -> None:
+        self.spec = spec
+        self.id = fault_id
+        self.instant = spec.restart_after_s is None
+        self.duration_s = spec.restart_after_s
+        self._crashed = False
+
+    def describe(self) -> str:
+        return self.spec.describe()
+
+    def preflight(self, env: FaultEnv) -> None:
+        return None
+
+    def ranks(self, env: FaultEnv) -> set[int] | None:
+        return set(env.workers.ranks_of_node(self.spec.node)) or None
+
+    def ready(self, env: FaultEnv) -> bool:
+        return env.backend.agent_pid(self.spec.node) is not None
+
+    def inject(self, env: FaultEnv) -> dict[str, Any]:
+        ranks = env.workers.ranks_of_node(self.spec.node)
+        done = env.backend.crash_node(self.spec.node, signal.Signals[self.spec.signal], KILL_WAIT_S)
+        self._crashed = True
+        return {**done, "ranks": ranks, "restart_after_s": self.spec.restart_after_s}
+
+    def heal(self, env: FaultEnv) -> dict[str, Any] | None:
+        """Restart the node, if it was crashed and is meant to come back."""
+        if not self._crashed or self.spec.restart_after_s is None:
+            return None
+        self._crashed = False
+        return {"restarted": env.backend.restart_node(self.spec.node)}
+
+
+class NodeRestart:
+    """Start a crashed node's agent again, so it rejoins the rendezvous. Instant."""
+
+    instant = True
+
+    def __init__(self, spec: NodeRestartFault, fault_id: str) -> None:
+        self.spec = spec
+        self.id = fault_id
+
+    def describe(self) -> str:
+        return self.spec.describe()
+
+    def preflight(self, env: FaultEnv) -> None:
+        return None
+
+    def ranks(self, env: FaultEnv) -> set[int] | None:
+        return None
+
+    def ready(self, env: FaultEnv) -> bool:
+        return env.backend.agent_pid(self.spec.node) is None
+
+    def inject(self, env: FaultEnv) -> dict[str, Any]:
+        return env.backend.restart_node(self.spec.node)
 
     def heal(self, env: FaultEnv) -> dict[str, Any] | None:
         return None

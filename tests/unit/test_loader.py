@@ -97,9 +97,44 @@ checks: [completes, restored_from_chekpoint]
     assert "checks[1]='restored_from_chekpoint' is not a known check; did you mean 'restored_from_checkpoint'?" in text
 
 
-def test_planned_backend_says_it_is_not_available(tmp_path: Path) -> None:
-    (p,) = problems(tmp_path, f"name: bad\ntarget: {{script: {TARGET}, steps: 10}}\nbackend: {{kind: docker}}\n")
-    assert "backend.kind='docker' is not available in this version" in p
+def test_unknown_backend_names_the_choices(tmp_path: Path) -> None:
+    (p,) = problems(tmp_path, f"name: bad\ntarget: {{script: {TARGET}, steps: 10}}\nbackend: {{kind: dokcer}}\n")
+    assert "backend.kind='dokcer' is not a known backend; did you mean 'docker'?" in p
+
+
+def test_network_fault_on_the_local_backend_names_the_backends_that_can(tmp_path: Path) -> None:
+    (p,) = problems(tmp_path, f"""name: bad
+target: {{script: {TARGET}, steps: 10}}
+schedule:
+  - {{fault: delay, node: 0, delay_ms: 50, trigger: {{at_time_s: 1}}}}
+""")
+    assert "schedule[0].fault='delay' needs nodes with a network of their own" in p
+    assert "use backend: {kind: netns} (root) or {kind: docker}" in p
+
+
+def test_node_faults_are_checked_against_the_nodes(tmp_path: Path) -> None:
+    found = problems(tmp_path, f"""name: bad
+target: {{script: {TARGET}, steps: 10}}
+backend: {{kind: netns, nodes: 2, nproc_per_node: 1, min_nodes: 3}}
+schedule:
+  - {{fault: node-crash, node: 2, trigger: {{at_step: 5}}}}
+  - {{fault: partition, between: [[0], [0, 5]], trigger: {{at_time_s: 1}}}}
+  - {{fault: delay, node: 1, delay_ms: 5, jitter_ms: 10, mechanism: netem, trigger: {{at_time_s: 1}}}}
+""")
+    text = "\n".join(found)
+    assert "schedule[0].node=2 must be less than backend.nodes=2" in text
+    assert "schedule[1].between[1][1]=5 must be less than backend.nodes=2" in text
+    assert "nodes [0] are on both sides" in text
+    assert "jitter_ms=10 must not exceed delay_ms=5" in text
+    assert "min_nodes=3 must be at most nodes=2" in text
+
+
+def test_elastic_needs_c10d(tmp_path: Path) -> None:
+    (p,) = problems(tmp_path, f"""name: bad
+target: {{script: {TARGET}, steps: 10}}
+backend: {{nodes: 3, min_nodes: 2, rdzv_backend: static}}
+""")
+    assert "min_nodes needs the c10d rendezvous" in p and "use rdzv_backend: c10d" in p
 
 
 def test_check_parameters_are_validated(tmp_path: Path) -> None:

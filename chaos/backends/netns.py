@@ -1,0 +1,196 @@
+"""Backend ``netns``: every node is a Linux network namespace with its own address on a bridge.
+
+For users with root but no Docker. Node ``i`` of a run lives in namespace ``chaos-<tok>-n<i>``
+(``/run/netns/…``), reached through a veth pair whose host end (``chv<tok>n<i>``) is a port of the
+run's bridge ``chb-<tok>``; inside, the node's interface is ``eth0`` with ``10.213.X.(10+i)/24``. Its
+torchrun agent is a process of this host started in that namespace (``nsenter --net``), so pids, the
+run directory and the interpreter are the host's. Links and namespaces are made over netlink
+(pyroute2). Where the host filters bridged traffic (``bridge-nf-call-iptables=1``, as after Docker
+starts, with a FORWARD policy of DROP), an ACCEPT rule for the bridge goes into our own chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from chaos.backends.agents import HostAgents
+from chaos.backends.base import NodeNet
+from chaos.errors import CapabilityError, ChaosError
+from chaos.history import RunnerLog
+from chaos.scenario import NetnsBackendSpec
+
+NETNS_DIR = Path("/run/netns")
+FIRST_HOST = 10  # node i has .(10 + i)
+
+
+def run_token(run_id: str) -> str:
+    """6 hex digits naming a run's links (interface names are at most 15 bytes)."""
+    return hashlib.sha1(run_id.encode()).hexdigest()[:6]
+
+
+def pick_subnet(spec_subnet: str | None, token: str) -> ipaddress.IPv4Network:
+    """``spec_subnet``, or a /24 in 10.213.0.0/16 that no address of this host is in."""
+    if spec_subnet:
+        net = ipaddress.IPv4Network(spec_subnet, strict=False)
+        if net.prefixlen > 26:
+            raise ChaosError(f"backend.subnet={spec_subnet} is too small; use a /24")
+        return net
+    used = _host_networks()
+    start = int(token, 16) % 250
+    for k in range(250):
+        net = ipaddress.IPv4Network(f"10.213.{(start + k) % 250 + 1}.0/24")
+        if not any(net.overlaps(u) for u in used):  # runs' bridges are separate: they may share one
+            return net
+    raise ChaosError("no free /24 in 10.213.0.0/16; set backend.subnet")
+
+
+def _host_networks() -> list[ipaddress.IPv4Network]:
+    from pyroute2 import IPRoute
+
+    out = []
+    with IPRoute() as ipr:
+        for msg in ipr.get_addr(family=2):
+            out.append(ipaddress.IPv4Network(f"{msg.get_attr('IFA_ADDRESS')}/{msg['prefixlen']}", strict=False))
+    return out
+
+
+class NetnsBackend(HostAgents):
+    """Nodes in network namespaces on a bridge. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN)."""
+
+    kind = "netns"
+
+    def __init__(self, spec: NetnsBackendSpec, run_id: str, run_dir: Path, log: RunnerLog) -> None:
+        super().__init__(spec, run_id, run_dir, log)
+        self.token = run_token(run_id)
+        self.bridge = f"chb-{self.token}"
+        self.fwd_chain = f"CHAOS-{self.token}-FWD"
+        self.subnet: ipaddress.IPv4Network | None = None
+        self._subnet_spec = spec.subnet
+        self._made: list[str] = []  # namespaces created
+
+    # -- names and addresses -----------------------------------------------------------------------
+    def ns_name(self, node: int) -> str:
+        return f"chaos-{self.token}-n{node}"
+
+    def veth(self, node: int) -> str:
+        return f"chv{self.token}n{node}"
+
+    def ip(self, node: int) -> str:
+        assert self.subnet is not None
+        return str(self.subnet.network_address + FIRST_HOST + node)
+
+    def endpoint_host(self) -> str:
+        return self.ip(self.spec.rdzv_node)
+
+    def local_addr(self, node: int) -> str | None:
+        return self.ip(node)
+
+    def iface(self, node: int) -> str | None:
+        return "eth0"
+
+    def wrap(self, node: int, cmd: list[str]) -> list[str]:
+        return ["nsenter", f"--net={NETNS_DIR / self.ns_name(node)}", *cmd]
+
+    def node_net(self, node: int) -> NodeNet | None:
+        if self.subnet is None or self.ns_name(node) not in self._made:
+            return None
+        return NodeNet(node, self.ns_name(node), self.ip(node), str(NETNS_DIR / self.ns_name(node)), "eth0")
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def preflight(self) -> None:
+        if os.geteuid() != 0:
+            raise CapabilityError("root", "backend netns needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN to create "
+                                  "namespaces and links); run chaos as root, or use backend: local (no network "
+                                  "faults) or docker")
+        if shutil.which("nsenter") is None:
+            raise CapabilityError("nsenter", "backend netns needs nsenter (apt-get install util-linux)")
+        try:
+            import pyroute2  # noqa: F401
+        except ImportError as exc:
+            raise CapabilityError("pyroute2", "backend netns needs pyroute2; pip install pyroute2") from exc
+
+    def setup(self) -> None:
+        from pyroute2 import IPRoute, NetNS, netns
+
+        self.subnet = pick_subnet(self._subnet_spec, self.token)
+        made = {"bridge": self.bridge, "namespaces": [self.ns_name(n) for n in range(self.nodes)],
+                "subnet": str(self.subnet)}
+        self.log.record("netns_setup", **made)  # before creating, so a crashed run's leftovers are known
+        with IPRoute() as ipr:
+            ipr.link("add", ifname=self.bridge, kind="bridge")
+            br = ipr.link_lookup(ifname=self.bridge)[0]
+            ipr.link("set", index=br, state="up")
+            for node in range(self.nodes):
+                name = self.ns_name(node)
+                netns.create(name)
+                self._made.append(name)
+                ipr.link("add", ifname=self.veth(node), kind="veth", peer={"ifname": "eth0", "net_ns_fd": name})
+                v = ipr.link_lookup(ifname=self.veth(node))[0]
+                ipr.link("set", index=v, master=br, state="up")
+                with NetNS(name) as ns:
+                    idx = ns.link_lookup(ifname="eth0")[0]
+                    ns.addr("add", index=idx, address=self.ip(node), prefixlen=self.subnet.prefixlen)
+                    ns.link("set", index=idx, state="up")
+                    ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
+        self._allow_forward()
+
+    def _allow_forward(self) -> None:
+        """ACCEPT the bridge's traffic in our own FORWARD chain if the host filters bridged packets."""
+        try:
+            filtered = Path("/proc/sys/net/bridge/bridge-nf-call-iptables").read_text().strip() == "1"
+        except OSError:
+            filtered = False
+        if not filtered or shutil.which("iptables") is None:
+            return
+        _ipt("-N", self.fwd_chain)
+        _ipt("-A", self.fwd_chain, "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT")
+        _ipt("-I", "FORWARD", "1", "-j", self.fwd_chain)
+        self.log.record("netns_forward_rule", chain=self.fwd_chain, bridge=self.bridge)
+
+    def destroy(self) -> None:
+        """Remove the namespaces (their veth pairs go with them), the bridge and our FORWARD chain.
+        Idempotent; never raises."""
+        removed: dict[str, Any] = {"namespaces": []}
+        try:
+            from pyroute2 import IPRoute, netns
+        except ImportError:
+            return
+        for node in range(self.nodes):
+            name = self.ns_name(node)
+            if (NETNS_DIR / name).exists():
+                try:
+                    netns.remove(name)
+                    removed["namespaces"].append(name)
+                except Exception as exc:  # keep removing the rest
+                    self.log.record("netns_teardown_failed", what=name, error=str(exc))
+        with IPRoute() as ipr:
+            for ifname in [self.bridge, *(self.veth(n) for n in range(self.nodes))]:
+                found = ipr.link_lookup(ifname=ifname)
+                if found:
+                    try:
+                        ipr.link("del", index=found[0])
+                        removed.setdefault("links", []).append(ifname)
+                    except Exception as exc:
+                        self.log.record("netns_teardown_failed", what=ifname, error=str(exc))
+        if shutil.which("iptables") and _ipt("-S", self.fwd_chain, check=False).returncode == 0:
+            while _ipt("-D", "FORWARD", "-j", self.fwd_chain, check=False).returncode == 0:
+                pass
+            _ipt("-F", self.fwd_chain, check=False)
+            _ipt("-X", self.fwd_chain, check=False)
+            removed["chain"] = self.fwd_chain
+        self._made.clear()
+        if removed["namespaces"] or removed.get("links") or removed.get("chain"):
+            self.log.record("netns_teardown", **removed)
+
+
+def _ipt(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(["iptables", "-w", "5", *args], capture_output=True, text=True, timeout=15)
+    if check and proc.returncode != 0:
+        raise ChaosError(f"iptables {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc

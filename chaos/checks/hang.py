@@ -1,0 +1,145 @@
+"""``no_hang``: a paused or cut-off rank makes the others fail or wait only as long as the job's
+collective timeout allows; a job stuck past it is a failed verdict naming the stuck ranks.
+
+A worker's *silence* is the time between two of its events (or between its last event and its
+exit). Silence while a ``pause`` fault holds that rank is the fault's, not the job's, and is not
+counted. The bound is the collective timeout (``timeout_s``, default the target's
+``collective_timeout_s``) plus ``slack_s`` (default 10 s) for the failure to reach the probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from chaos.checks.base import CheckContext, Verdict, check
+from chaos.history import Event, History
+
+DEFAULT_SLACK_S = 10.0
+# faults whose victims' peers must give up within the collective timeout
+CUTTING_FAULTS = ("pause", "partition", "loss", "delay", "bandwidth")
+
+
+def bound_s(params: dict[str, Any], collective_timeout_s: float | None) -> float | None:
+    """timeout + slack, seconds; None if no timeout is known (the loader reports that)."""
+    timeout = params.get("timeout_s", collective_timeout_s)
+    if timeout is None:
+        return None
+    return float(timeout) + float(params.get("slack_s", DEFAULT_SLACK_S))
+
+
+@dataclass
+class Silence:
+    rank: int
+    pid: int
+    start: float
+    end: float
+    step: int | None
+    ended_by: str  # the event kind that ended it ("exit", "worker_exit", "run_end", ...)
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def _pause_spans(history: History) -> dict[int, list[tuple[float, float]]]:
+    """rank → [(from, to)] while a pause fault held it."""
+    end_t = history.events[-1]["t"] if history.events else 0.0
+    heals = {e.get("fault_id"): e["t"] for e in history.of("fault_heal")}
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for e in history.faults():
+        if e.get("fault") == "pause":
+            for rank in e.get("ranks", []):
+                spans.setdefault(rank, []).append((float(e["t"]), float(heals.get(e.get("fault_id")) or end_t)))
+    return spans
+
+
+def _minus(start: float, end: float, spans: list[tuple[float, float]]) -> float:
+    """Length of [start, end] outside ``spans``."""
+    total = end - start
+    for a, b in spans:
+        total -= max(0.0, min(end, b) - max(start, a))
+    return total
+
+
+def silences(history: History) -> list[Silence]:
+    """Every worker process's longest silence, paused time excluded (longest first)."""
+    spans = _pause_spans(history)
+    exits = {(e.get("rank"), e.get("pid")): e for e in history.of("worker_exit")}
+    run_end = history.first("run_end")
+    out = []
+    for start in history.probe("start"):
+        rank, pid = start["rank"], start["pid"]
+        events = [e for e in history.of_pid(pid) if e["t"] >= start["t"] and e.get("rank") == rank]
+        end = exits.get((rank, pid)) or run_end
+        if end is not None and end["t"] > events[-1]["t"]:
+            events.append(end)
+        best: Silence | None = None
+        step: int | None = None
+        for a, b in zip(events, events[1:], strict=False):
+            if a["kind"] == "step":
+                step = a["step"]
+            quiet = _minus(a["t"], b["t"], spans.get(rank, []))
+            if best is None or quiet > best.seconds:
+                best = Silence(rank, pid, b["t"] - quiet, b["t"], step, b["kind"])
+        if best is not None:
+            out.append(best)
+    return sorted(out, key=lambda s: -s.seconds)
+
+
+def _reactions(history: History) -> list[str]:
+    """For each cutting fault: which other ranks gave up (exited with an error) and how soon."""
+    out = []
+    for f in history.faults():
+        if f.get("fault") not in CUTTING_FAULTS:
+            continue
+        hit = set(f.get("ranks", []))
+        gave_up = {}
+        for e in history.probe("exit"):
+            if e["t"] > f["t"] and e.get("status") == "error" and e["rank"] not in hit and e["rank"] not in gave_up:
+                gave_up[e["rank"]] = e["t"] - f["t"]
+        if gave_up:
+            ranks = ", ".join(f"rank {r} after {s:.1f} s" for r, s in sorted(gave_up.items()))
+            out.append(f"after {f.get('description')}: {ranks} gave up")
+        else:
+            out.append(f"after {f.get('description')}: no other rank failed (they waited it out)")
+    return out
+
+
+@check("no rank stays blocked longer than the collective timeout (+ slack) when a peer is paused or cut off",
+       params={"timeout_s": float, "slack_s": float})
+def no_hang(history: History, ctx: CheckContext) -> Verdict:
+    name = "no_hang"
+    bound = bound_s(ctx.params, ctx.collective_timeout_s)
+    if bound is None:
+        return Verdict(name, "unknown", "no collective timeout known: set target.collective_timeout_s or "
+                       "`no_hang: {timeout_s: N}`")
+    timeout = bound - float(ctx.params.get("slack_s", DEFAULT_SLACK_S))
+    what = f"the bound {bound:g} s (collective timeout {timeout:g} s + slack {bound - timeout:g} s)"
+    hung = history.first("hang_detected")
+    deadline = history.first("deadline_exceeded")
+    stopped: Event | None = hung or (deadline if deadline and deadline.get("stuck_ranks") else None)
+    if stopped is not None:
+        if hung is not None:
+            stuck = "; ".join(f"rank {s['rank']} (node {s['node']}, pid {s['pid']}) silent {s['silent_s']:.1f} s "
+                              f"after step {s.get('last_step')}" for s in hung.get("stuck", []))
+            text = f"the job hung: {stuck} — past {what}; the run was stopped"
+        else:
+            text = f"the job was still blocked at the {stopped['deadline_s']:g} s deadline; stuck ranks " \
+                   f"{stopped.get('stuck_ranks')}"
+        reactions = _reactions(history)
+        return Verdict(name, "failed", text + (f"; {'; '.join(reactions)}" if reactions else ""), events=[stopped])
+    found = silences(history)
+    over = [s for s in found if s.seconds > bound]
+    if over:
+        t0 = history.run_start() or 0.0
+        text = "; ".join(f"rank {s.rank} (pid {s.pid}) was silent {s.seconds:.1f} s after step {s.step} "
+                         f"(t={s.start - t0:.1f}..{s.end - t0:.1f} s, ended by {s.ended_by})" for s in over[:3])
+        return Verdict(name, "failed", f"{text} — longer than {what}; with a real outage it would never have "
+                       "ended", value=round(over[0].seconds, 2), unit="s")
+    longest = found[0] if found else None
+    reactions = _reactions(history)
+    head = (f"longest silence {longest.seconds:.1f} s (rank {longest.rank}), within {what}" if longest
+            else "no worker ran")
+    return Verdict(name, "ok", head + (f"; {'; '.join(reactions)}" if reactions else ""),
+                   value=round(longest.seconds, 2) if longest else None, unit="s")

@@ -1,0 +1,126 @@
+"""``regrouped``: after a node is lost, the survivors re-rendezvous at a smaller world size within
+a bound and train on from a checkpoint; when the node returns, the world size grows back.
+
+World sizes come from the workers' ``start`` events (each worker reports the world it joined).
+A node is *lost* by a ``node-crash`` fault or a kill of its agent; it *returns* by a
+``node-restart`` fault or the heal of a ``node-crash`` with ``restart_after_s``. Losing the node that
+hosts the c10d rendezvous store kills torchrun jobs (pytorch/pytorch#67742, #150916); the verdict
+says so when that is what happened.
+"""
+
+from __future__ import annotations
+
+import os
+
+from chaos.checks.base import CheckContext, Verdict, check
+from chaos.history import Event, History
+
+DEFAULT_MAX_REGROUP_S = 120.0
+
+
+def _lost(history: History) -> list[tuple[Event, int]]:
+    """(fault event, node) for every node the schedule took away."""
+    out = []
+    for e in history.faults():
+        if e.get("fault") == "node-crash":
+            out.append((e, int(e["node"])))
+        elif e.get("fault") == "kill" and "agent" in (e.get("select") or {}):
+            out.append((e, int(e["select"]["agent"])))
+    return out
+
+
+def _returned(history: History) -> list[tuple[Event, int]]:
+    out = []
+    for e in history.faults():
+        if e.get("fault") == "node-restart":
+            out.append((e, int(e["node"])))
+    for e in history.of("fault_heal"):
+        if e.get("restarted"):
+            out.append((e, int(e["restarted"]["node"])))
+    return sorted(out, key=lambda x: x[0]["t"])
+
+
+def _generation(history: History, after: float, world: int, smaller: bool) -> list[Event]:
+    """``start`` events after ``after`` whose world size is smaller than (or equal to) ``world``."""
+    return [e for e in history.probe("start") if e["t"] > after and
+            ((e.get("world_size", world) < world) if smaller else e.get("world_size") == world)]
+
+
+def _first_step(history: History, starts: list[Event]) -> Event | None:
+    pids = {s["pid"] for s in starts}
+    t0 = min((s["t"] for s in starts), default=0.0)
+    return next((e for e in history.probe("step") if e["pid"] in pids and e["t"] >= t0), None)
+
+
+def _loaded(history: History, starts: list[Event]) -> Event | None:
+    pids = {s["pid"] for s in starts}
+    t0 = min((s["t"] for s in starts), default=0.0)
+    return next((e for e in history.probe("checkpoint_loaded") if e["pid"] in pids and e["t"] >= t0), None)
+
+
+def _why_not(history: History, lost_node: int, rdzv_node: int, after: float) -> str:
+    bad = [e for e in history.of("agent_exit") if e["t"] > after and e.get("exit_code") not in (0, None)
+           and e.get("node") != lost_node]
+    parts = []
+    if lost_node == rdzv_node:
+        parts.append(f"node {lost_node} hosted the c10d rendezvous store (backend.rdzv_node={rdzv_node}); losing it "
+                     "is fatal to torchrun jobs (pytorch/pytorch#67742, #150916) — lose another node, or run the "
+                     "rendezvous on a host outside the job (an etcd or dedicated TCPStore)")
+    if bad:
+        tails = "; ".join(f"node {e['node']} agent exited {e['exit_code']}" +
+                          (f" ({e['log_tail'][:160]})" if e.get("log_tail") else "") for e in bad[:3])
+        parts.append(f"the survivors died: {tails}")
+    start = history.first("run_start")
+    backend = (start or {}).get("backend") or {}
+    if backend.get("min_nodes") is None:
+        parts.append("the job is not elastic (backend.min_nodes is unset, so torchrun waits for every node); "
+                     "set backend.min_nodes below backend.nodes")
+    return "; ".join(parts) or "no worker started at a smaller world size"
+
+
+@check("after a node is lost the survivors regroup at a smaller world size and train on from a checkpoint; "
+       "when it returns the world size grows back", params={"max_regroup_s": float})
+def regrouped(history: History, ctx: CheckContext) -> Verdict:
+    name = "regrouped"
+    lost = _lost(history)
+    if not lost:
+        return Verdict(name, "unknown", "no node was lost in this run (no node-crash or agent kill fired)")
+    bound = float(ctx.params.get("max_regroup_s", DEFAULT_MAX_REGROUP_S))
+    start = history.first("run_start")
+    world = int((start or {}).get("world_size") or ctx.world_size)
+    fault, node = lost[0]
+    returned = [r for r in _returned(history) if r[0]["t"] > fault["t"]]
+    until = returned[0][0]["t"] if returned else None
+    shrunk = [s for s in _generation(history, fault["t"], world, smaller=True) if until is None or s["t"] < until]
+    if not shrunk:
+        return Verdict(name, "failed", f"after {fault.get('description')} no worker started at a world size below "
+                       f"{world}: {_why_not(history, node, ctx.rdzv_node, fault['t'])}", events=[fault])
+    small = shrunk[0].get("world_size")
+    gen = [s for s in shrunk if s.get("world_size") == small]
+    step = _first_step(history, gen)
+    if step is None:
+        return Verdict(name, "failed", f"the survivors regrouped at world size {small} but never completed a step: "
+                       f"{_why_not(history, node, ctx.rdzv_node, fault['t'])}", events=[fault, gen[0]])
+    regroup_s = step["t"] - fault["t"]
+    loaded = _loaded(history, gen)
+    parts = [f"world size {world} → {small} {regroup_s:.1f} s after {fault.get('description')}"]
+    if loaded is not None:
+        parts[0] += f", resumed from {os.path.basename(loaded['path'])} (step {loaded['step']})"
+    problems = []
+    if regroup_s > bound:
+        problems.append(f"regrouping took {regroup_s:.1f} s, more than max_regroup_s={bound:g}")
+    if loaded is None and step["step"] != 1:
+        problems.append(f"the regrouped workers loaded no checkpoint yet began at step {step['step']}")
+    elif loaded is None:
+        problems.append("the regrouped workers loaded no checkpoint and started over at step 1")
+    if returned:
+        back_event, back_node = returned[0]
+        grown = _generation(history, back_event["t"], world, smaller=False)
+        first = _first_step(history, grown) if grown else None
+        if first is None:
+            problems.append(f"node {back_node} came back but no worker started at world size {world} again "
+                            "(did it rejoin the rendezvous?)")
+        else:
+            parts.append(f"{world} again {first['t'] - back_event['t']:.1f} s after node {back_node} returned")
+    text = "; ".join(parts + problems)
+    return Verdict(name, "failed" if problems else "ok", text, value=round(regroup_s, 2), unit="s", events=[fault, step])

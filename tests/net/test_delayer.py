@@ -1,0 +1,92 @@
+"""The NFQUEUE delayer on its own: order, jitter, a busy queue, and a runner that dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from chaos.errors import ChaosError
+from chaos.net import measure
+from chaos.net.delayer import Delayer
+from chaos.net.iptables import chain_name, chaos_chains
+from chaos.net.netns import Netns
+from tests.net.conftest import Lab
+
+ECHO = 7000
+
+
+def test_order_kept_without_jitter_and_jitter_spreads(lab: Lab) -> None:
+    a, b = Netns(lab.nets[0].netns_path), Netns(lab.nets[1].netns_path)
+    d = Delayer()
+    with measure.server(b, "echo", ECHO):
+        try:
+            d.start(a, "eth0", 11, chain_name(lab.run_id, "order"), delay_ms=10)
+            r = measure.ping(a, lab.nets[1].ip, ECHO, count=300, interval_ms=0.2, timeout_ms=300)
+            assert r.loss == 0 and r.arrival == sorted(r.arrival), "replies overtook each other with no jitter"
+            d.stop()
+            d.start(a, "eth0", 11, chain_name(lab.run_id, "jitter"), delay_ms=20, jitter_ms=10, seed=1)
+            r = measure.ping(a, lab.nets[1].ip, ECHO, count=100, interval_ms=5, timeout_ms=300)
+            assert r.loss == 0
+            assert 9 <= min(r.rtts_ms) and max(r.rtts_ms) <= 32, (min(r.rtts_ms), max(r.rtts_ms))
+            assert statistics.pstdev(r.rtts_ms) > 3, "±10 ms of jitter left the delays nearly constant"
+        finally:
+            d.stop()
+    assert d.stop() is None
+    assert chaos_chains(a) == []
+
+
+def test_busy_queue_fails_cleanly(lab: Lab) -> None:
+    a = Netns(lab.nets[0].netns_path)
+    first, second = Delayer(), Delayer()
+    try:
+        first.start(a, "eth0", 12, chain_name(lab.run_id, "one"), delay_ms=1)
+        with pytest.raises(ChaosError, match="not ready"):
+            second.start(a, "eth0", 12, chain_name(lab.run_id, "two"), delay_ms=1)
+        assert second.pid is None and chaos_chains(a) == [chain_name(lab.run_id, "one")]
+    finally:
+        second.stop()
+        first.stop()
+    assert chaos_chains(a) == []
+
+
+RUNNER = """
+import sys, time
+from chaos.net.delayer import Delayer
+from chaos.net.netns import Netns
+d = Delayer()
+d.start(Netns(sys.argv[1]), "eth0", 13, sys.argv[2], delay_ms=5)
+print(d.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_delayer_exits_when_its_runner_is_killed(lab: Lab) -> None:
+    a = Netns(lab.nets[0].netns_path)
+    chain = chain_name(lab.run_id, "orphan")
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER, a.path, chain], stdout=subprocess.PIPE, text=True,
+                              cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    delayer_pid = None
+    try:
+        assert runner.stdout is not None
+        delayer_pid = int(runner.stdout.readline())
+        assert chaos_chains(a) == [chain]
+        runner.send_signal(signal.SIGKILL)
+        runner.wait()
+        proc = psutil.Process(delayer_pid)
+        t0 = time.monotonic()
+        proc.wait(timeout=5)
+        assert time.monotonic() - t0 < 3, "the delayer outlived its runner by over 3 s"
+        assert chaos_chains(a) == [], "the orphaned delayer left its NFQUEUE chain"
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+        if delayer_pid is not None and psutil.pid_exists(delayer_pid):
+            os.kill(delayer_pid, signal.SIGKILL)
