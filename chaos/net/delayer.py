@@ -134,7 +134,10 @@ def serve(queue_num: int, draw: DelayDraw, parent_pid: int | None = None, chain:
             try:  # nobody will heal us: take our rule away before the queue goes
                 remove_chain(Netns("/proc/self/ns/net"), chain)
             except ChaosError as exc:
-                print(f"could not remove {chain}: {exc}", file=sys.stderr, flush=True)
+                try:  # the runner that read our stderr may be gone
+                    print(f"could not remove {chain}: {exc}", file=sys.stderr, flush=True)
+                except OSError:
+                    pass
         for _, _, pkt in held:  # let what we hold go rather than drop it
             try:
                 pkt.accept()

@@ -54,9 +54,10 @@ def loss_rules(percent: float, iface: str | None = None) -> list[list[str]]:
 
     Raises :class:`~chaos.errors.ChaosError` if ``percent`` is out of range."""
     out = ["-o", iface] if iface else []
+    probability = _probability(percent)
     if percent >= 100:
         return [[*out, "-j", "DROP"]]
-    return [[*out, "-m", "statistic", "--mode", "random", "--probability", _probability(percent), "-j", "DROP"]]
+    return [[*out, "-m", "statistic", "--mode", "random", "--probability", probability, "-j", "DROP"]]
 
 
 def partition_rules(peer_ips: list[str]) -> list[list[str]]:

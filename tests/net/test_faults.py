@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import statistics
 
+import psutil
 import pytest
 
 from chaos.errors import CapabilityError
 from chaos.faults.network import Bandwidth, Delay, Loss, Partition, mechanism_for
 from chaos.net import measure, tc
 from chaos.net.delayer import find_delayers
-from chaos.net.iptables import chaos_chains
+from chaos.net.iptables import chaos_chains, run_prefix
 from chaos.net.netns import Netns
 from chaos.scenario import BandwidthFault, DelayFault, LossFault, PartitionFault
 from tests.net.conftest import Lab
@@ -30,7 +31,7 @@ def assert_clean(lab: Lab) -> None:
         assert chaos_chains(Netns(net.netns_path)) == []
         kind, handle = tc.root_qdisc_handle(Netns(net.netns_path), net.iface)
         assert tc.is_default(handle), f"node {net.node} still has root qdisc {kind} {handle}"
-    assert [p for p in find_delayers() if lab.run_id.split("-")[1] in open(f"/proc/{p}/cmdline").read()] == []
+    assert [p for p in find_delayers() if run_prefix(lab.run_id) in " ".join(psutil.Process(p).cmdline())] == []
 
 
 def median_rtt(lab: Lab, src: int, dst: int, count: int = 20, interval_ms: float = 10) -> float:
@@ -67,9 +68,6 @@ def test_loss_10pct(lab: Lab) -> None:
             # requests leave a (dropped at 10 %), replies leave b (untouched): loss counts requests
             r = measure.ping(ns(lab, 0), lab.nets[1].ip, ECHO, count=2000, interval_ms=0.5, timeout_ms=300)
             assert 0.05 <= r.loss <= 0.15, f"observed loss {r.loss:.3f} over {r.sent} probes for 10 %"
-            # b's egress is not a's: replies to b's probes are dropped at a
-            r_b = measure.ping(ns(lab, 1), lab.nets[0].ip, ECHO, count=1, timeout_ms=100)
-            assert r_b.sent == 1
         finally:
             assert fault.heal(env) is not None
         assert fault.heal(env) is None
