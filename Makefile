@@ -5,7 +5,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-fast lint typecheck bench clean
+.PHONY: demo test test-fast lint typecheck bench clean system
+
+# Debian packages (Docker engine, iptables, NFQUEUE library) and a running dockerd, if root
+system:
+	./scripts/setup-system.sh
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,10 +19,10 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[test,dev]'
 	touch $@
 
-demo: $(VENV)/.installed
+demo: system $(VENV)/.installed
 	$(VENV)/bin/chaos run scenarios/kill-worker.yaml
 
-test: $(VENV)/.installed
+test: system $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -v
 
 test-fast: $(VENV)/.installed

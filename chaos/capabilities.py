@@ -43,12 +43,28 @@ def _docker() -> str | None:
         return f"the Docker engine does not answer ({type(exc).__name__}); start dockerd"
 
 
+def _netns() -> str | None:
+    if os.geteuid() != 0:
+        return "backend netns needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN); run as root"
+    if shutil.which("nsenter") is None or shutil.which("ip") is None:
+        return "backend netns needs nsenter and ip (apt-get install util-linux iproute2)"
+    return None
+
+
+def _iptables() -> str | None:
+    if shutil.which("iptables") is None:
+        return "iptables is not installed (apt-get install iptables)"
+    return None if os.geteuid() == 0 else "iptables needs root (CAP_NET_ADMIN)"
+
+
 CAPABILITIES: dict[str, Callable[[], str | None]] = {
     "torch": _torch,
     "sklearn": _sklearn,
     "root": _root,
     "gpu": _gpu,
     "docker": _docker,
+    "netns": _netns,
+    "iptables": _iptables,
 }
 
 

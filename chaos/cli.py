@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("scenarios", type=Path, nargs="+")
     val.add_argument("--json", action="store_true")
 
+    doc = sub.add_parser("doctor", help="which backends and fault mechanisms this machine supports, and why not")
+    doc.add_argument("--json", action="store_true")
+
     lst = sub.add_parser("list", help="list scenarios, faults, checks and backends")
     lst.add_argument("--scenarios-dir", type=Path, default=Path("scenarios"))
     lst.add_argument("--json", action="store_true")
@@ -51,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "validate": cmd_validate, "list": cmd_list}[args.command](args)
+        commands = {"run": cmd_run, "validate": cmd_validate, "list": cmd_list, "doctor": cmd_doctor}
+        return commands[args.command](args)
     except (ScenarioError, CapabilityError) as exc:
         if getattr(args, "json", False):
             problems = exc.problems if isinstance(exc, ScenarioError) else [str(exc)]
@@ -111,6 +115,29 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 for p in r["problems"]:
                     console.print(f"  - {p}", markup=False)
     return EXIT_OK if all(r["ok"] for r in report) else EXIT_BAD_INPUT
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Exit 0 whatever is missing: the table is the answer."""
+    from chaos.doctor import findings
+
+    rows = findings()
+    if args.json:
+        print(json.dumps([r.to_json() for r in rows], indent=1))
+        return EXIT_OK
+    from rich.table import Table
+
+    style = {"ok": "[green]ok[/]", "fallback": "[yellow]fallback[/]", "missing": "[red]missing[/]"}
+    table = Table(title="chaos doctor", expand=True)
+    for col in ("", "what", "status"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("detail / fix", ratio=1)
+    group = None
+    for r in rows:
+        table.add_row(r.group if r.group != group else "", r.name, style[r.status], r.detail)
+        group = r.group
+    Console().print(table)
+    return EXIT_OK
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -33,6 +33,12 @@ def print_result(console: Console, result: RunResult) -> None:
     console.print(f"run {status} in {result.wall_time_s:.1f} s; {ok}/{len(result.verdicts)} checks ok; "
                   f"{result.reference_note}")
     console.print(f"run directory: {result.run_dir}")
+    from chaos.checks.speed import describe, phases
+    from chaos.history import History
+
+    ps = phases(History(result.events))
+    if ps:
+        console.print(f"step time:     {describe(ps)}")
     console.print(f"journal:       {result.journal_path}")
     if not result.ok:
         console.print(f"replay:        {result.replay_command()}")

@@ -99,8 +99,8 @@ def _reactions(history: History) -> list[str]:
             if e["t"] > f["t"] and e.get("status") == "error" and e["rank"] not in hit and e["rank"] not in gave_up:
                 gave_up[e["rank"]] = e["t"] - f["t"]
         if gave_up:
-            ranks = ", ".join(f"rank {r} after {s:.1f} s" for r, s in sorted(gave_up.items()))
-            out.append(f"after {f.get('description')}: {ranks} gave up")
+            ranks = ", ".join(f"rank {r} gave up after {s:.1f} s" for r, s in sorted(gave_up.items()))
+            out.append(f"after {f.get('description')}: {ranks}")
         else:
             out.append(f"after {f.get('description')}: no other rank failed (they waited it out)")
     return out

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from chaos.history import Event, History
 
 KILLING_FAULTS = ("kill", "node-crash")
+# faults that may or may not end in a restart (a peer's collective timeout): judged only if one followed
+DISRUPTING_FAULTS = ("pause", "partition", "delay", "loss", "bandwidth")
 RESTORE_KINDS = ("checkpoint_load_begin", "checkpoint_loaded", "checkpoint_load_failed", "step")
 
 
@@ -49,7 +51,8 @@ class Restore:
 
 def restores(history: History) -> list[Restore]:
     """One :class:`Restore` per killing fault, in time order."""
-    kills = [e for e in history.faults() if e.get("fault") in KILLING_FAULTS]
+    kills = [e for e in history.faults() if e.get("fault") in KILLING_FAULTS or (
+        e.get("fault") in DISRUPTING_FAULTS and history.processes_started_after(e["t"]))]
     out: list[Restore] = []
     for i, fault in enumerate(kills):
         tk = fault["t"]

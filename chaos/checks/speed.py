@@ -1,0 +1,97 @@
+"""Step time before, during and after each lasting fault (delay, loss, bandwidth, pause, partition),
+and the ``step_time`` check that bounds the slowdown a fault may cause.
+
+A step's time is the gap between consecutive ``step`` events of one worker process (its first step
+has none). Per phase the median over every rank is reported, in ms.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from chaos.checks.base import CheckContext, Verdict, check
+from chaos.history import History
+
+DEFAULT_MAX_SLOWDOWN = 50.0
+
+
+@dataclass
+class Phase:
+    """Median step time (ms) over a span of the run; ``fault`` is the description of the fault
+    active during it (None before the first and after the last)."""
+
+    label: str
+    start: float
+    end: float
+    median_ms: float | None
+    steps: int
+    fault: str | None = None
+
+
+def _step_gaps(history: History) -> list[tuple[float, float]]:
+    """(time of the step, ms since the same process's previous step)."""
+    last: dict[int, float] = {}
+    out = []
+    for e in history.probe("step"):
+        prev = last.get(e["pid"])
+        if prev is not None:
+            out.append((e["t"], (e["t"] - prev) * 1000))
+        last[e["pid"]] = e["t"]
+    return out
+
+
+def phases(history: History) -> list[Phase]:
+    """Before the first lasting fault, during each one, and after the last heal."""
+    heals = {e.get("fault_id"): e["t"] for e in history.of("fault_heal")}
+    end_t = history.events[-1]["t"] if history.events else 0.0
+    spans = [(f["t"], heals.get(f.get("fault_id"), end_t), str(f.get("description")))
+             for f in history.faults() if f.get("fault") in ("delay", "loss", "bandwidth", "pause", "partition")]
+    gaps = _step_gaps(history)
+    if not spans:
+        return []
+
+    def median(a: float, b: float) -> tuple[float | None, int]:
+        inside = [ms for t, ms in gaps if a < t <= b]
+        return (round(statistics.median(inside), 2) if inside else None), len(inside)
+
+    start = history.run_start() or 0.0
+    out = [Phase("before", start, spans[0][0], *median(start, spans[0][0]))]
+    for a, b, what in spans:
+        out.append(Phase("during", a, b, *median(a, b), fault=what))
+    last = max(b for _, b, _ in spans)
+    out.append(Phase("after", last, end_t, *median(last, end_t)))
+    return out
+
+
+def describe(ps: list[Phase]) -> str:
+    """``before 2.6 ms; during delay …: 104 ms (40×); after 2.7 ms``."""
+    base = ps[0].median_ms if ps else None
+    parts = []
+    for p in ps:
+        if p.median_ms is None:
+            parts.append(f"{p.label}{' ' + p.fault if p.fault else ''}: no steps")
+            continue
+        ratio = f" ({p.median_ms / base:.1f}×)" if base and p.label != "before" else ""
+        parts.append(f"{p.label}{' ' + p.fault if p.fault else ''}: {p.median_ms:g} ms/step{ratio}")
+    return "; ".join(parts)
+
+
+@check("the job's median step time during a lasting fault (delay, loss, bandwidth, pause, partition) stays "
+       "within max_slowdown × its time before the fault", params={"max_slowdown": float})
+def step_time(history: History, ctx: CheckContext) -> Verdict:
+    name = "step_time"
+    ps = phases(history)
+    if not ps:
+        return Verdict(name, "unknown", "no lasting fault in this run, so no slowdown to measure")
+    base = ps[0].median_ms
+    if base is None:
+        return Verdict(name, "unknown", f"no steps before the first fault to compare with; {describe(ps)}")
+    bound = float(ctx.params.get("max_slowdown", DEFAULT_MAX_SLOWDOWN))
+    during = [p for p in ps if p.label == "during" and p.median_ms is not None]
+    worst = max(during, key=lambda p: p.median_ms or 0.0, default=None)
+    ratio = (worst.median_ms or 0.0) / base if worst else 1.0
+    status = "failed" if ratio > bound else "ok"
+    verb = "more than" if status == "failed" else "within"
+    return Verdict(name, status, f"{describe(ps)} — worst slowdown {ratio:.1f}×, {verb} max_slowdown={bound:g}",
+                   value=round(ratio, 2), unit="×")
