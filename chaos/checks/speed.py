@@ -45,7 +45,7 @@ def phases(history: History) -> list[Phase]:
     """Before the first lasting fault, during each one, and after the last heal."""
     heals = {e.get("fault_id"): e["t"] for e in history.of("fault_heal")}
     end_t = history.events[-1]["t"] if history.events else 0.0
-    spans = [(f["t"], heals.get(f.get("fault_id"), end_t), str(f.get("description")))
+    spans = [(float(f["t"]), float(heals.get(f.get("fault_id")) or end_t), str(f.get("description")))
              for f in history.faults() if f.get("fault") in ("delay", "loss", "bandwidth", "pause", "partition")]
     gaps = _step_gaps(history)
     if not spans:
@@ -91,7 +91,6 @@ def step_time(history: History, ctx: CheckContext) -> Verdict:
     during = [p for p in ps if p.label == "during" and p.median_ms is not None]
     worst = max(during, key=lambda p: p.median_ms or 0.0, default=None)
     ratio = (worst.median_ms or 0.0) / base if worst else 1.0
-    status = "failed" if ratio > bound else "ok"
-    verb = "more than" if status == "failed" else "within"
-    return Verdict(name, status, f"{describe(ps)} — worst slowdown {ratio:.1f}×, {verb} max_slowdown={bound:g}",
+    verb = "more than" if ratio > bound else "within"
+    return Verdict(name, "failed" if ratio > bound else "ok", f"{describe(ps)} — worst slowdown {ratio:.1f}×, {verb} max_slowdown={bound:g}",
                    value=round(ratio, 2), unit="×")
