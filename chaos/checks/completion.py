@@ -153,6 +153,8 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
         last[e["rank"]] = e
     unclean = []
     for rank, start in sorted(last.items()):
+        if rank >= final_world:
+            continue  # a rank of a node the job lost for good (an elastic job that shrank)
         ends = history.of_pid(start["pid"], "exit")
         if not ends or ends[-1].get("status") == "error":
             unclean.append(f"rank {rank} (pid {start['pid']})" + (f": {ends[-1].get('error')}" if ends else ""))
@@ -163,8 +165,10 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
     tail = f"; final test accuracy {acc[-1]:.4f}" if acc and acc[-1] is not None else ""
     notes = _aborted_after_clean_exit(history)
     note = f"; note: {'; '.join(notes)}" if notes else ""
-    return Verdict(name, "ok", f"{len(exits)} agent(s) exited 0; ranks {sorted(reached)} reached step "
-                   f"{ctx.steps}{tail}{note}", events=exits[:2])
+    lost = f" ({len(crashed)} more lost to the schedule's faults)" if crashed else ""
+    world = f" (final world size {final_world})" if final_world != ctx.world_size else ""
+    return Verdict(name, "ok", f"{len(exits) - len(crashed)} agent(s) exited 0{lost}; ranks "
+                   f"{list(range(final_world))}{world} reached step {ctx.steps}{tail}{note}", events=exits[:2])
 
 
 @check("every scheduled fault fired (a run that could not fire one says so)")

@@ -72,3 +72,18 @@ def test_losing_the_rendezvous_host_is_named_as_the_cause(chaos_run) -> None:
     assert "pytorch/pytorch#67742" in verdict.explanation
     assert result.verdict("completes").status == "failed"
     assert_nothing_left(result)
+
+
+@pytest.mark.chaos(requires=["torch", "sklearn"])
+def test_agent_sigterm_under_elastic_nnodes_is_testable_on_the_local_backend(chaos_run) -> None:
+    """SIGTERM (not SIGKILL) to an agent under --nnodes=2:3 (pytorch/pytorch#147064): the signal is
+    the user's choice, and the verdicts say what the job did with it."""
+    schedule = [{"fault": "node-crash", "node": 2, "signal": "SIGTERM", "trigger": {"at_step": 60}}]
+    result = chaos_run(SCENARIOS / "node-loss-elastic.yaml",
+                       overrides={"backend": {"kind": "local"}, "schedule": schedule})
+    crash = next(e for e in result.events if e["kind"] == "fault_inject")
+    assert crash["signal"] == "SIGTERM" and crash["node"] == 2
+    assert world_sizes(result)[:2] == [3, 2]
+    result.assert_ok()  # on torch 2.13 the survivors regroup and finish at world size 2
+    assert "final world size 2" in result.verdict("completes").explanation
+    assert_nothing_left(result)
