@@ -20,6 +20,10 @@ PREFIX = "CHAOS-"
 MAX_CHAIN_LEN = 28
 BUILTIN_HOOKS = ("INPUT", "OUTPUT", "FORWARD")
 _SAFE_RE = re.compile(r"^[A-Za-z0-9_.]+$")
+# The fwmark of packets the NFQUEUE delayer sends again after their delay: the NFQUEUE and loss
+# rules skip them (they had their turn the first time through); partition rules do not.
+DELAYER_MARK = 0xC4A05
+_NOT_DELAYED = ["-m", "mark", "!", "--mark", f"{DELAYER_MARK:#x}"]
 IPTABLES = ["iptables", "-w", "5"]  # -w: wait for the xtables lock (iptables-legacy) instead of failing
 
 
@@ -51,9 +55,10 @@ def _probability(percent: float) -> str:
 def loss_rules(percent: float, iface: str | None = None) -> list[list[str]]:
     """Rules dropping ``percent`` percent (0 < percent ≤ 100) of the packets sent out of ``iface``
     (every interface when None), chosen at random per packet (``-m statistic --mode random``).
+    Packets the delayer sends again (``DELAYER_MARK``) are not drawn a second time.
 
     Raises :class:`~chaos.errors.ChaosError` if ``percent`` is out of range."""
-    out = ["-o", iface] if iface else []
+    out = ["-o", iface, *_NOT_DELAYED] if iface else [*_NOT_DELAYED]
     probability = _probability(percent)
     if percent >= 100:
         return [[*out, "-j", "DROP"]]
@@ -75,13 +80,13 @@ def partition_rules(peer_ips: list[str]) -> list[list[str]]:
 
 def nfqueue_rules(queue_num: int, iface: str | None = None) -> list[list[str]]:
     """A rule handing every packet sent out of ``iface`` (all when None) to NFQUEUE ``queue_num``
-    (0..65535). ``--queue-bypass``: while no program listens on the queue (the delayer died),
-    packets pass instead of being dropped.
+    (0..65535), except those the delayer sends again (``DELAYER_MARK``). ``--queue-bypass``: while
+    no program listens on the queue (the delayer died), packets pass instead of being dropped.
 
     Raises :class:`~chaos.errors.ChaosError` if ``queue_num`` is out of range."""
     if not 0 <= queue_num <= 65535:
         raise ChaosError(f"nfqueue: queue_num={queue_num} must be in 0..65535")
-    out = ["-o", iface] if iface else []
+    out = ["-o", iface, *_NOT_DELAYED] if iface else [*_NOT_DELAYED]
     return [[*out, "-j", "NFQUEUE", "--queue-num", str(queue_num), "--queue-bypass"]]
 
 

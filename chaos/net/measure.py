@@ -5,7 +5,7 @@ Subcommands of ``python -m chaos.net.measure``:
 - ``echo --port P``: UDP echo server (prints ``ready``; runs until SIGTERM).
 - ``sink --port P``: TCP server; per connection reads to EOF, then replies with one JSON line
   ``{"bytes": n, "seconds": s}`` (first byte to EOF, s).
-- ``ping --to IP --port P --count N --interval-ms I --timeout-ms T``: UDP probes sent every I ms
+- ``ping --to IP --port P --count N --interval-ms I --timeout-ms T [--size B]``: UDP probes sent every I ms
   without waiting for replies; prints JSON ``{"sent": N, "rtts_ms": {seq: rtt}, "arrival": [seq, ...]}``.
 - ``send --to IP --port P --bytes N``: sends N bytes over TCP; prints the sink's JSON plus ``kbit_s``.
 
@@ -42,7 +42,7 @@ def _serve_echo(port: int) -> None:
     sock.bind(("0.0.0.0", port))
     print("ready", flush=True)
     while True:
-        data, addr = sock.recvfrom(2048)
+        data, addr = sock.recvfrom(65535)
         sock.sendto(data, addr)
 
 
@@ -68,7 +68,7 @@ def _serve_sink(port: int) -> None:
             conn.sendall((json.dumps({"bytes": total, "seconds": seconds}) + "\n").encode())
 
 
-def _ping(to: str, port: int, count: int, interval_ms: float, timeout_ms: float) -> dict[str, Any]:
+def _ping(to: str, port: int, count: int, interval_ms: float, timeout_ms: float, size: int) -> dict[str, Any]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.connect((to, port))
     sock.setblocking(False)
@@ -81,7 +81,7 @@ def _ping(to: str, port: int, count: int, interval_ms: float, timeout_ms: float)
         now = time.monotonic()
         if sent < count and now >= t0 + sent * interval_ms / 1000:
             try:
-                sock.send(_PROBE.pack(sent, now))
+                sock.send(_PROBE.pack(sent, now).ljust(size, b"\0"))
             except OSError:  # e.g. EPERM from an iptables DROP on OUTPUT: a lost probe
                 pass
             sent += 1
@@ -94,7 +94,7 @@ def _ping(to: str, port: int, count: int, interval_ms: float, timeout_ms: float)
         readable, _, _ = select.select([sock], [], [], max(0.0, due - now))
         while readable:
             try:
-                data = sock.recv(2048)
+                data = sock.recv(65535)
             except (BlockingIOError, ConnectionRefusedError):
                 break
             got = time.monotonic()
@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--count", type=int, default=10)
     p.add_argument("--interval-ms", type=float, default=10.0)
     p.add_argument("--timeout-ms", type=float, default=1000.0)
+    p.add_argument("--size", type=int, default=_PROBE.size, help="UDP payload bytes (at least 16)")
     s = sub.add_parser("send")
     s.add_argument("--to", required=True)
     s.add_argument("--port", type=int, required=True)
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "sink":
         _serve_sink(a.port)
     elif a.cmd == "ping":
-        print(json.dumps(_ping(a.to, a.port, a.count, a.interval_ms, a.timeout_ms)))
+        print(json.dumps(_ping(a.to, a.port, a.count, a.interval_ms, a.timeout_ms, a.size)))
     else:
         print(json.dumps(_send(a.to, a.port, a.bytes)))
     return 0
@@ -190,14 +191,15 @@ def server(ns: Netns, kind: str, port: int, timeout_s: float = 10.0) -> Iterator
 
 
 def ping(ns: Netns, to: str, port: int, count: int = 10, interval_ms: float = 10.0,
-         timeout_ms: float = 1000.0) -> PingResult:
-    """Send ``count`` UDP probes from ``ns`` to an echo server at ``to``:``port``, one every
-    ``interval_ms`` ms, waiting ``timeout_ms`` ms after the last for replies.
+         timeout_ms: float = 1000.0, size: int = _PROBE.size) -> PingResult:
+    """Send ``count`` UDP probes of ``size`` bytes from ``ns`` to an echo server at ``to``:``port``,
+    one every ``interval_ms`` ms, waiting ``timeout_ms`` ms after the last for replies.
 
     Raises :class:`~chaos.errors.ChaosError` if the tool fails."""
     budget = count * interval_ms / 1000 + timeout_ms / 1000 + 20
     out = ns.run([sys.executable, "-m", MODULE, "ping", "--to", to, "--port", str(port), "--count", str(count),
-                  "--interval-ms", f"{interval_ms:g}", "--timeout-ms", f"{timeout_ms:g}"], timeout=budget).stdout
+                  "--interval-ms", f"{interval_ms:g}", "--timeout-ms", f"{timeout_ms:g}", "--size", str(size)],
+                 timeout=budget).stdout
     data = json.loads(out)
     return PingResult(data["sent"], [data["rtts_ms"][k] for k in sorted(data["rtts_ms"], key=int)], data["arrival"])
 

@@ -34,12 +34,41 @@ def test_order_kept_without_jitter_and_jitter_spreads(lab: Lab) -> None:
             d.start(a, "eth0", 11, chain_name(lab.run_id, "jitter"), delay_ms=20, jitter_ms=10, seed=1)
             r = measure.ping(a, lab.nets[1].ip, ECHO, count=100, interval_ms=5, timeout_ms=300)
             assert r.loss == 0
-            assert min(r.rtts_ms) >= 9 and max(r.rtts_ms) <= 32, (min(r.rtts_ms), max(r.rtts_ms))
+            assert min(r.rtts_ms) >= 9 and max(r.rtts_ms) <= 35, (min(r.rtts_ms), max(r.rtts_ms))
             assert statistics.pstdev(r.rtts_ms) > 3, "±10 ms of jitter left the delays nearly constant"
         finally:
             d.stop()
     assert d.stop() is None
     assert chaos_chains(a) == []
+
+
+def test_packets_too_long_to_copy_are_delayed_too(lab: Lab) -> None:
+    """A 6000-byte datagram leaves unfragmented through OUTPUT, beyond the delayer's copy range:
+    it is held in the kernel and accepted late instead of being copied."""
+    a, b = Netns(lab.nets[0].netns_path), Netns(lab.nets[1].netns_path)
+    d = Delayer()
+    with measure.server(b, "echo", ECHO):
+        try:
+            d.start(a, "eth0", 14, chain_name(lab.run_id, "big"), delay_ms=10)
+            for size in (6000, 1000):
+                r = measure.ping(a, lab.nets[1].ip, ECHO, count=20, interval_ms=5, timeout_ms=300, size=size)
+                assert r.loss == 0 and 9 <= statistics.median(r.rtts_ms) <= 12, (size, r)
+        finally:
+            d.stop()
+
+
+def test_tcp_keeps_flowing_under_a_long_delay(lab: Lab) -> None:
+    """Packets held for 50 ms must not stall the sending TCP socket (TCP Small Queues counts the
+    kernel's packets while they wait: holding them cut a bulk transfer to 0.5 Mbit/s here)."""
+    a, b = Netns(lab.nets[0].netns_path), Netns(lab.nets[1].netns_path)
+    d = Delayer()
+    with measure.server(b, "sink", ECHO + 1):
+        try:
+            d.start(a, "eth0", 15, chain_name(lab.run_id, "tcp"), delay_ms=50)
+            got = measure.send(a, lab.nets[1].ip, ECHO + 1, 3_000_000)
+            assert got["kbit_s"] > 10_000, f"{got['kbit_s']:.0f} kbit/s through a 50 ms delay"
+        finally:
+            d.stop()
 
 
 def test_busy_queue_fails_cleanly(lab: Lab) -> None:

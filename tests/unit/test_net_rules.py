@@ -35,11 +35,14 @@ def test_chain_names_are_ours_short_and_stable() -> None:
     assert " " not in chain_name("run", "f/1 x")
 
 
+NOT_DELAYED = ["-m", "mark", "!", "--mark", hex(iptables.DELAYER_MARK)]
+
+
 def test_loss_rules() -> None:
-    assert loss_rules(10, "eth0") == [["-o", "eth0", "-m", "statistic", "--mode", "random", "--probability", "0.1",
-                                       "-j", "DROP"]]
-    assert loss_rules(0.5)[0][4:6] == ["--probability", "0.005"]
-    assert loss_rules(100, "eth0") == [["-o", "eth0", "-j", "DROP"]]
+    assert loss_rules(10, "eth0") == [["-o", "eth0", *NOT_DELAYED, "-m", "statistic", "--mode", "random",
+                                       "--probability", "0.1", "-j", "DROP"]]
+    assert loss_rules(0.5)[0][-4:-2] == ["--probability", "0.005"]
+    assert loss_rules(100, "eth0") == [["-o", "eth0", *NOT_DELAYED, "-j", "DROP"]]
     for bad in (0, -1, 101):
         with pytest.raises(ChaosError):
             loss_rules(bad, "eth0")
@@ -54,7 +57,8 @@ def test_partition_rules_cut_both_directions() -> None:
 
 
 def test_nfqueue_rules_bypass_when_nobody_listens() -> None:
-    assert nfqueue_rules(7, "eth0") == [["-o", "eth0", "-j", "NFQUEUE", "--queue-num", "7", "--queue-bypass"]]
+    assert nfqueue_rules(7, "eth0") == [["-o", "eth0", *NOT_DELAYED, "-j", "NFQUEUE", "--queue-num", "7",
+                                         "--queue-bypass"]]
     with pytest.raises(ChaosError):
         nfqueue_rules(70000, "eth0")
 
