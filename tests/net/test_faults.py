@@ -3,6 +3,7 @@ heal leaves nothing behind."""
 
 from __future__ import annotations
 
+import os
 import statistics
 
 import psutil
@@ -15,7 +16,7 @@ from chaos.net.delayer import find_delayers
 from chaos.net.iptables import chaos_chains, run_prefix
 from chaos.net.netns import Netns
 from chaos.scenario import BandwidthFault, DelayFault, LossFault, PartitionFault
-from tests.net.conftest import Lab
+from tests.net.conftest import Lab, require_root
 
 ECHO, SINK = 7000, 7001
 TRIGGER = {"at_time_s": 0}
@@ -171,3 +172,13 @@ def test_netem_asked_without_netem_names_the_fallback(lab: Lab) -> None:
     Delay(DelayFault(fault="delay", node=0, delay_ms=5, trigger=TRIGGER), "f0").preflight(env)
     Loss(LossFault(fault="loss", node=0, percent=5, trigger=TRIGGER), "f1").preflight(env)
     assert mechanism_for(DelayFault(fault="delay", node=0, delay_ms=5, trigger=TRIGGER)) == "nfqueue"
+
+
+def test_without_root_these_tests_skip_but_fail_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="need root"):
+        require_root()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true"):
+        require_root()
