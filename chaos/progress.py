@@ -80,7 +80,8 @@ class LiveProgress:
         elif kind == "checkpoint_load_failed" and e.get("rank") == 0:
             self._say(e["t"], f"[red]failed to load {os.path.basename(e['path'])}[/]: {str(e.get('error'))[:100]}")
         elif kind == "fault_inject":
-            self._say(e["t"], f"[bold red]fault[/] {e['description']}: pids {e.get('pids')}")
+            how = f"pids {e['pids']}" if e.get("pids") else f"by {e['mechanism']}" if e.get("mechanism") else ""
+            self._say(e["t"], f"[bold red]fault[/] {e['description']}" + (f": {how}" if how else ""))
         elif kind == "fault_heal":
             self._say(e["t"], f"[green]healed[/] {e['description']}")
         elif kind == "fault_not_fired":

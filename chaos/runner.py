@@ -386,13 +386,22 @@ def judge(events: list[Event], scenario: Scenario, ref: Reference | None) -> lis
 
 
 # -- signals -----------------------------------------------------------------------------------
+_HANDLER_PID = 0  # the process that installed the handlers
+
+
 def _raise(signum: int, frame: Any) -> None:
+    if os.getpid() != _HANDLER_PID:
+        # a forked helper (pyroute2 forks to enter namespaces) inherited the handler: it is not the
+        # runner and must not run the runner's teardown; die as the signal would have killed it
+        os._exit(128 + signum)
     raise _Interrupted(signal.Signals(signum).name)
 
 
 def _install_signal_handlers() -> dict[int, Any] | None:
     if threading.current_thread() is not threading.main_thread():
         return None
+    global _HANDLER_PID
+    _HANDLER_PID = os.getpid()
     old: dict[int, Any] = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         old[sig] = signal.signal(sig, _raise)

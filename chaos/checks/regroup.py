@@ -2,8 +2,9 @@
 a bound and train on from a checkpoint; when the node returns, the world size grows back.
 
 World sizes come from the workers' ``start`` events (each worker reports the world it joined).
-A node is *lost* by a ``node-crash`` fault or a kill of its agent; it *returns* by a
-``node-restart`` fault or the heal of a ``node-crash`` with ``restart_after_s``. Losing the node that
+A node is *lost* by a ``node-crash`` fault, a kill of its agent, or a ``partition`` that cuts it
+off from the rendezvous host; it *returns* by a ``node-restart`` fault, the heal of a
+``node-crash`` with ``restart_after_s``, or the partition's heal. Losing the node that
 hosts the c10d rendezvous store kills torchrun jobs (pytorch/pytorch#67742, #150916); the verdict
 says so when that is what happened.
 """
@@ -18,11 +19,22 @@ from chaos.history import Event, History
 DEFAULT_MAX_REGROUP_S = 120.0
 
 
-def _lost(history: History) -> list[tuple[Event, int]]:
-    """(fault event, node) for every node the schedule took away."""
+def _cut_off(e: Event, rdzv_node: int) -> int | None:
+    """The first node a partition cut off from the side that hosts the rendezvous."""
+    sides = e.get("between") or []
+    other = [side for side in sides if rdzv_node not in side]
+    return int(other[0][0]) if other and other[0] else None
+
+
+def _lost(history: History, rdzv_node: int = 0) -> list[tuple[Event, int]]:
+    """(fault event, node) for every node the schedule took away (a partition takes away the side
+    without the rendezvous host)."""
     out = []
     for e in history.faults():
-        if e.get("fault") == "node-crash":
+        node = _cut_off(e, rdzv_node) if e.get("fault") == "partition" else None
+        if node is not None:
+            out.append((e, node))
+        elif e.get("fault") == "node-crash":
             out.append((e, int(e["node"])))
         elif e.get("fault") == "kill" and "agent" in (e.get("select") or {}):
             out.append((e, int(e["select"]["agent"])))
@@ -34,9 +46,14 @@ def _returned(history: History) -> list[tuple[Event, int]]:
     for e in history.faults():
         if e.get("fault") == "node-restart":
             out.append((e, int(e["node"])))
+    partitions = {e.get("fault_id"): e for e in history.faults() if e.get("fault") == "partition"}
     for e in history.of("fault_heal"):
         if e.get("restarted"):
             out.append((e, int(e["restarted"]["node"])))
+        elif e.get("fault_id") in partitions:
+            node = _cut_off(partitions[e["fault_id"]], 0)
+            if node is not None:
+                out.append((e, node))
     return sorted(out, key=lambda x: x[0]["t"])
 
 
@@ -82,7 +99,7 @@ def _why_not(history: History, lost_node: int, rdzv_node: int, after: float) -> 
        "when it returns the world size grows back", params={"max_regroup_s": float})
 def regrouped(history: History, ctx: CheckContext) -> Verdict:
     name = "regrouped"
-    lost = _lost(history)
+    lost = _lost(history, ctx.rdzv_node)
     if not lost:
         return Verdict(name, "unknown", "no node was lost in this run (no node-crash or agent kill fired)")
     bound = float(ctx.params.get("max_regroup_s", DEFAULT_MAX_REGROUP_S))
