@@ -1,0 +1,319 @@
+"""End to end on a real Docker engine: one container per node, torchrun multi-node across them.
+
+The kill-worker scenario on two containers passes every check; a run, an interrupted run and a
+half-created one leave no container, network or process behind; the backend's node operations
+(freeze, crash, restart, pid mapping, network namespace) act on real containers; and a missing
+engine is a capability error that names the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from chaos import RunResult
+from chaos.backends.base import LaunchSpec
+from chaos.backends.docker import DockerBackend, network_name
+from chaos.backends.image import LABEL, built_tag, chaos_source_dir, node_image
+from chaos.errors import CapabilityError, ChaosError
+from chaos.history import RunnerLog
+from chaos.scenario import DockerBackendSpec
+from tests.conftest import REPO, SCENARIOS, leftover_processes
+
+pytestmark = [pytest.mark.e2e]
+needs_docker = pytest.mark.chaos(requires=["torch", "sklearn", "docker"])
+TEST_RUN_PREFIXES = ("kill-worker-docker", "test-docker-")
+
+# two ranks, one per container: all-reduce across the bridge, write who they are, then beat forever
+TINY = """
+import os, sys, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+out = sys.argv[1]
+node, rank = os.environ["CHAOS_NODE"], dist.get_rank()
+with open(f"{out}/node{node}-rank{rank}-pid{os.getpid()}.tmp", "w") as f:
+    f.write(str(t.item()))
+os.rename(f"{out}/node{node}-rank{rank}-pid{os.getpid()}.tmp", f"{out}/node{node}-rank{rank}-pid{os.getpid()}")
+while True:
+    with open(f"{out}/beat-node{node}", "a") as f:
+        f.write(".")
+    time.sleep(0.05)
+"""
+
+
+def _client() -> Any:
+    import docker
+
+    return docker.from_env(timeout=30)
+
+
+def docker_leftovers(run_id: str) -> list[str]:
+    """Containers and networks of a run the engine still has (by label and by name)."""
+    client = _client()
+    out = [f"container {c.name} ({c.status})"
+           for c in client.containers.list(all=True, filters={"label": f"chaos.run={run_id}"})]
+    out += [f"network {n.name}" for n in client.networks.list(filters={"label": f"chaos.run={run_id}"})]
+    out += [f"network {n.name}" for n in client.networks.list(names=[network_name(run_id)])
+            if n.name == network_name(run_id)]
+    return sorted(set(out))
+
+
+def assert_nothing_left(run_dir: Path, run_id: str) -> None:
+    assert docker_leftovers(run_id) == []
+    assert leftover_processes(run_dir, run_id) == []
+
+
+@pytest.fixture(autouse=True)
+def _remove_what_a_failed_test_left() -> Iterator[None]:
+    """Whatever happens in a test, remove the containers and networks its runs made (and only
+    those: other runs on this engine are left alone)."""
+    try:
+        client = _client()
+        before = {c.id for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"})}
+        before |= {n.id for n in client.networks.list(filters={"label": f"{LABEL}=1"})}
+    except Exception:  # no engine: the test is skipped or checks just that
+        yield
+        return
+    yield
+    ours = lambda labels: (labels or {}).get("chaos.run", "").startswith(TEST_RUN_PREFIXES)  # noqa: E731
+    for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
+        if c.id not in before and ours(c.labels):
+            c.remove(force=True)
+    for n in client.networks.list(filters={"label": f"{LABEL}=1"}):
+        if n.id not in before and ours(n.attrs.get("Labels")):
+            n.remove()
+
+
+def agent_starts(result: RunResult) -> list[dict[str, Any]]:
+    return [e for e in result.events if e["kind"] == "agent_start"]
+
+
+@needs_docker
+def test_kill_worker_on_two_containers_restores_and_matches_the_reference(chaos_run) -> None:
+    result = chaos_run(SCENARIOS / "kill-worker-docker.yaml")
+    result.assert_ok()
+    assert "loaded ckpt-000020.pt (step 20" in result.verdict("restored_from_checkpoint").explanation
+    assert result.verdict("progress_lost").value == 5
+    assert "equal the reference bitwise" in result.verdict("equivalent_to_reference").explanation
+    starts = agent_starts(result)
+    assert len(starts) == 2 and len({e["ip"] for e in starts}) == 2 and len({e["container"] for e in starts}) == 2
+    assert all(e["ip"].endswith(f".{10 + e['node']}") for e in starts)
+    (fault,) = [e for e in result.events if e["kind"] == "fault_inject"]
+    assert fault["ranks"] == [1]
+    # rank 1 ran in node 1's container, and that is where the kill landed
+    assert any(e["kind"] == "start" and e["rank"] == 1 and e["pid"] in fault["pids"] and e["node"] == 1
+               for e in result.events)
+    assert_nothing_left(result.run_dir, result.run_id)
+
+
+@needs_docker
+def test_interrupted_run_leaves_no_container_network_or_process(tmp_path: Path) -> None:
+    data = yaml.safe_load((SCENARIOS / "kill-worker-docker.yaml").read_text())
+    data["target"]["script"] = str(REPO / "targets" / "digits_ddp.py")
+    data["target"]["steps"] = 20000  # long enough to be interrupted mid-run
+    data["schedule"] = []
+    data["checks"] = ["completes"]
+    path = tmp_path / "long.yaml"
+    path.write_text(yaml.safe_dump(data))
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", str(path)], cwd=REPO,
+                            env={**os.environ, "CHAOS_RUNS_DIR": str(runs)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 120
+        run_dir = None
+        while time.time() < deadline and proc.poll() is None:
+            dirs = list(runs.glob("kill-worker-docker-*")) if runs.exists() else []
+            if dirs and len([p for p in (dirs[0] / "events").glob("*.jsonl") if p.stat().st_size > 2000]) == 2:
+                run_dir = dirs[0]
+                break
+            time.sleep(0.2)
+        assert run_dir is not None, "the job never started stepping on both nodes"
+        assert len(docker_leftovers(run_dir.name)) == 3  # two running containers and the network, until...
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGINT, out
+    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+    assert any(e["kind"] == "interrupted" and e["signal"] == "SIGINT" for e in journal)
+    assert {e["node"] for e in journal if e["kind"] == "agent_exit"} == {0, 1}
+    assert not [e for e in journal if e["kind"] == "teardown_error"]
+    assert_nothing_left(run_dir, run_dir.name)
+
+
+def _backend(tmp_path: Path, host_pids: bool = True, image: str | None = None) -> DockerBackend:
+    run_id = f"test-docker-{secrets.token_hex(3)}"
+    run_dir = tmp_path / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    docker_spec = DockerBackendSpec(kind="docker", nodes=2, nproc_per_node=1, image=image)
+    return DockerBackend(docker_spec, run_id, run_dir, RunnerLog(run_dir / "runner.jsonl"), host_pids=host_pids)
+
+
+def _wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.time() + timeout_s
+    while not predicate():
+        assert time.time() < deadline, f"timed out after {timeout_s:g} s waiting for {what}"
+        time.sleep(0.1)
+
+
+def _collect(exits: list[tuple[int, int]], b: DockerBackend) -> bool:
+    """Add what ``b.poll()`` reports to ``exits``; True once there is something."""
+    exits.extend(b.poll())
+    return bool(exits)
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+@needs_docker
+@pytest.mark.parametrize("host_pids", [True, False], ids=["host-pids", "own-pid-namespace"])
+def test_backend_freezes_crashes_restarts_and_maps_pids(tmp_path: Path, host_pids: bool) -> None:
+    script = tmp_path / "script" / "tiny.py"
+    script.parent.mkdir()
+    script.write_text(TINY)
+    b = _backend(tmp_path, host_pids)
+    out = b.run_dir / "out"
+    out.mkdir()
+    try:
+        b.start(LaunchSpec(str(script), [str(out)], {"CHAOS_RUN_ID": b.run_id, "CHAOS_RUN_DIR": str(b.run_dir)}))
+        _wait_for(lambda: len(list(out.glob("node*-rank*-pid*[0-9]"))) == 2, 60, "both ranks' all-reduce")
+        seen: dict[int, int] = {}  # node → pid as the worker saw it
+        for f in out.glob("node*-rank*-pid*[0-9]"):
+            assert f.read_text() == "2.0"  # the all-reduce crossed the bridge
+            node_part, _, pid_part = f.name.split("-")
+            seen[int(node_part[4:])] = int(pid_part[3:])
+
+        # host_pid: the pid a worker reported, on its node, is this host process of that node
+        for node, pid in seen.items():
+            host = b.host_pid(node, pid)
+            assert host is not None and host in b.node_pids(node)
+            proc = psutil.Process(host)
+            assert proc.environ()["CHAOS_NODE"] == str(node) and str(script) in proc.cmdline()
+            assert (host == pid) is host_pids  # in its own pid namespace the worker's pid is another number
+            assert b.agent_pid(node) in b.node_pids(node)
+        assert b.host_pid(0, 999_999) is None
+
+        # node_net: nsenter into the container's network namespace sees the node's address on eth0
+        net = b.node_net(1)
+        assert net is not None and net.ip == b.ip(1) and net.iface == "eth0"
+        assert os.stat(net.netns_path).st_ino != os.stat("/proc/self/ns/net").st_ino
+        addr = subprocess.run(["nsenter", f"--net={net.netns_path}", "ip", "-4", "-o", "addr", "show", "eth0"],
+                              capture_output=True, text=True, check=True).stdout
+        assert f"inet {b.ip(1)}/24" in addr
+
+        # freeze: node 1 stops beating, node 0 goes on; thaw: node 1 beats again (thaw is idempotent)
+        beat0, beat1 = out / "beat-node0", out / "beat-node1"
+        b.freeze_node(1)
+        time.sleep(0.3)
+        frozen1, going0 = _size(beat1), _size(beat0)
+        time.sleep(1.0)
+        assert _size(beat1) == frozen1 and _size(beat0) > going0
+        assert b.running() and b.agent_pid(1) is not None and b.poll() == []
+        assert b.thaw_node(1)["thawed"] is True and b.thaw_node(1)["thawed"] is False
+        _wait_for(lambda: _size(beat1) > frozen1, 5, "node 1 to beat again after thaw")
+
+        # crash: the container dies at once, its exit is reported once, with the signal
+        old_agent, before = b.agent_pid(1), b.node_pids(1)
+        done = b.crash_node(1, signal.SIGKILL, 10)
+        assert done["agent_exited"] and done["pids"] == before and len(before) >= 2
+        assert b.node_pids(1) == [] and b.agent_pid(1) is None and b.node_net(1) is None
+        exits: list[tuple[int, int]] = []
+        _wait_for(lambda: _collect(exits, b), 10, "node 1's exit to be reported")
+        assert exits == [(1, -9)] and b.poll() == []
+        with pytest.raises(ChaosError, match="not running"):
+            b.crash_node(1, signal.SIGKILL, 1)
+
+        # restart: the same container again, same address, a new agent that reaches the rendezvous
+        again = b.restart_node(1)
+        assert again["ip"] == b.ip(1) and again["recreated"] is False and again["pid"] != old_agent
+        renewed = b.node_net(1)
+        assert b.agent_pid(1) == again["pid"] and renewed is not None and renewed.ip == b.ip(1)
+        with pytest.raises(ChaosError, match="still running"):
+            b.restart_node(1)
+        assert [e["node"] for e in map(json.loads, (b.run_dir / "runner.jsonl").read_text().splitlines())
+                if e["kind"] == "agent_start"] in ([0, 1, 1], [1, 0, 1])
+
+        # SIGTERM to an agent: torchrun stops, the exit is reported
+        assert b.signal_agent(1, signal.SIGTERM, 15) is True
+        exits.clear()
+        _wait_for(lambda: _collect(exits, b), 10, "node 1's second exit")
+        assert [n for n, _ in exits] == [1] and b.signal_agent(1, signal.SIGTERM, 1) is False
+    finally:
+        b.teardown()
+    b.teardown()  # idempotent
+    events = [json.loads(line) for line in (b.run_dir / "runner.jsonl").read_text().splitlines()]
+    assert not [e for e in events if e["kind"] == "teardown_error"]
+    assert_nothing_left(b.run_dir, b.run_id)
+
+
+@needs_docker
+def test_teardown_of_a_half_created_run_removes_what_exists(tmp_path: Path) -> None:
+    script = tmp_path / "tiny.py"
+    script.write_text(TINY)
+    b = _backend(tmp_path)
+    b.launch = LaunchSpec(str(script), [], {"CHAOS_RUN_ID": b.run_id})
+    b.image = node_image(b.client, None, None, script.parent, b.run_dir)
+    b._create_network()
+    b._create_container(0)  # created, never started; node 1 never made
+    assert len(docker_leftovers(b.run_id)) == 2
+    fresh = DockerBackend(b.spec, b.run_id, b.run_dir, b.log)  # e.g. a runner that lost track of them
+    fresh.teardown()
+    assert_nothing_left(b.run_dir, b.run_id)
+
+
+@needs_docker
+def test_node_image_is_built_once_labelled_and_a_users_image_mounts_only_the_run(tmp_path: Path) -> None:
+    client = _client()
+    built = node_image(client, None, None, tmp_path, tmp_path / "run")
+    assert built.ref == built_tag() and built.built and client.images.get(built.ref).labels[LABEL] == "1"
+    modes = {m.src: m.mode for m in built.mounts}
+    assert modes[str(tmp_path / "run")] == "rw" and set(modes.values()) == {"ro", "rw"}
+    assert any(sys.prefix.startswith(src) for src, mode in modes.items() if mode == "ro")
+    assert node_image(client, None, None, tmp_path, tmp_path / "run").ref == built.ref  # reused
+    # any local image stands for "yours" here: what matters is what gets mounted and which python runs
+    (tmp_path / "scripts").mkdir()
+    users = node_image(client, built.ref, None, tmp_path / "scripts", tmp_path / "run")
+    assert users.python == "python" and not users.built
+    assert {(m.src, m.mode) for m in users.mounts} == {(str(chaos_source_dir() / "chaos"), "ro"),
+                                                       (str(tmp_path / "scripts"), "ro"), (str(tmp_path / "run"), "rw")}
+    assert users.env["PYTHONPATH"].split(":")[0] == str(chaos_source_dir())
+
+
+@needs_docker
+def test_preflight_names_a_missing_image_without_pulling(tmp_path: Path) -> None:
+    b = _backend(tmp_path, image="chaos-test/absent-training-image:never")
+    with pytest.raises(CapabilityError, match="is not on this machine and chaos pulls nothing") as info:
+        b.preflight()
+    assert info.value.missing == "docker"
+
+
+@pytest.mark.chaos(requires=["torch"])
+def test_preflight_without_an_engine_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("docker")
+    dead = tmp_path / "dead.sock"
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{dead}")
+    b = _backend(tmp_path)
+    with pytest.raises(CapabilityError) as info:
+        b.preflight()
+    assert info.value.missing == "docker"
+    assert f"no Docker engine answers at unix://{dead}" in str(info.value)
+    assert "install docker.io and start dockerd" in str(info.value)
+    b.teardown()  # never raises, even with no engine
