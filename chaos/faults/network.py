@@ -5,7 +5,8 @@ Each acts inside the node's network namespace (``Backend.node_net``), on what th
 
   delay      ``netem`` root qdisc where the kernel has ``sch_netem``, else the NFQUEUE delayer
              (:mod:`chaos.net.delayer`; IPv4 only, packets this node's stack sends)
-  loss       ``netem loss`` where the kernel has it, else ``iptables -m statistic … -j DROP``
+  loss       ``netem loss`` where the kernel has it, else ``iptables -m statistic … -j DROP`` on
+             arrival in the other nodes (INPUT, by the lossy node's address)
   bandwidth  ``tbf`` root qdisc
   partition  ``iptables`` DROP by the other side's addresses, INPUT and OUTPUT, in every node
 
@@ -26,7 +27,14 @@ from chaos.errors import CapabilityError, ChaosError
 from chaos.faults.base import FaultEnv
 from chaos.net import tc
 from chaos.net.delayer import Delayer, find_delayers, stop_pid
-from chaos.net.iptables import chain_name, install_chain, iptables_status, loss_rules, partition_rules, remove_chain
+from chaos.net.iptables import (
+    chain_name,
+    inbound_loss_rules,
+    install_chain,
+    iptables_status,
+    partition_rules,
+    remove_chain,
+)
 from chaos.net.netns import Netns, can_enter_namespaces
 from chaos.scenario import BandwidthFault, DelayFault, LossFault, PartitionFault
 
@@ -226,12 +234,16 @@ class Delay(_QdiscFault):
 
 
 class Loss(_QdiscFault):
-    """Drop ``percent`` percent of the packets ``spec.node`` sends, at random: netem loss, or an
-    iptables chain (``-m statistic --mode random``) without netem."""
+    """Drop ``percent`` percent of the packets ``spec.node`` sends, at random: netem loss, or
+    without netem, an iptables chain (``-m statistic --mode random``) on INPUT in every other node,
+    matching the lossy node's address — a drop on arrival, which TCP sees as real loss."""
 
     def __init__(self, spec: LossFault, fault_id: str) -> None:
         super().__init__(spec, fault_id)
         self.spec: LossFault = spec
+
+    def _receivers(self, env: FaultEnv) -> list[int]:
+        return [n for n in range(int(getattr(env.backend, "nodes", 0))) if n != self.spec.node]
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:
         net = self._net(env, self.spec.node)
@@ -242,18 +254,30 @@ class Loss(_QdiscFault):
             return {"mechanism": mech, **_where(net), **done, "percent": self.spec.percent}
         self._nets[net.node] = net
         chain = self._chain(env)
-        install_chain(Netns(net.netns_path), chain, loss_rules(self.spec.percent, net.iface), ("OUTPUT",))
-        return {"mechanism": mech, **_where(net), "chain": chain, "percent": self.spec.percent}
+        receivers = [self._net(env, n) for n in self._receivers(env)]
+        try:
+            for peer in receivers:
+                self._nets[peer.node] = peer
+                install_chain(Netns(peer.netns_path), chain, inbound_loss_rules(self.spec.percent, net.ip), ("INPUT",))
+        except ChaosError:
+            self.heal(env)
+            raise
+        return {"mechanism": mech, **_where(net), "chain": chain, "percent": self.spec.percent,
+                "dropped_at": [p.node for p in receivers]}
 
     def heal(self, env: FaultEnv) -> dict[str, Any] | None:
-        """Remove the netem qdisc or the chain. Idempotent."""
+        """Remove the netem qdisc or the chains. Idempotent."""
         if self.mechanism == "netem":
             return self._heal_qdisc(env, "netem")
-        net = self._heal_net(env, self.spec.node)
         chain = self._chain(env)
-        if net is None or not remove_chain(Netns(net.netns_path), chain):
+        healed = []
+        for node in self._receivers(env):
+            peer = self._heal_net(env, node)
+            if peer is not None and remove_chain(Netns(peer.netns_path), chain):
+                healed.append(node)
+        if not healed:
             return None
-        return {"mechanism": "iptables", **_where(net), "chain": chain}
+        return {"mechanism": "iptables", "node": self.spec.node, "chain": chain, "nodes": healed}
 
 
 class Bandwidth(_QdiscFault):

@@ -65,6 +65,20 @@ def loss_rules(percent: float, iface: str | None = None) -> list[list[str]]:
     return [[*out, "-m", "statistic", "--mode", "random", "--probability", probability, "-j", "DROP"]]
 
 
+def inbound_loss_rules(percent: float, source_ip: str) -> list[list[str]]:
+    """Rules (for a chain jumped to from INPUT in the *receiving* node) dropping ``percent`` percent
+    of the packets that arrive from ``source_ip``, at random. Dropping on arrival is what a lossy
+    link does: the sender's TCP never learns of it and must retransmit after a timeout or duplicate
+    ACKs. (A DROP in the sender's own OUTPUT chain is reported to its TCP at once, which simply
+    tries again: almost no slowdown.)
+
+    Raises :class:`~chaos.errors.ChaosError` if ``percent`` is out of range."""
+    probability = _probability(percent)
+    if percent >= 100:
+        return [["-s", source_ip, "-j", "DROP"]]
+    return [["-s", source_ip, "-m", "statistic", "--mode", "random", "--probability", probability, "-j", "DROP"]]
+
+
 def partition_rules(peer_ips: list[str]) -> list[list[str]]:
     """Rules dropping every packet from and to each of ``peer_ips`` (for a chain jumped to from both
     INPUT and OUTPUT: ``-s`` matches what arrives, ``-d`` what leaves).

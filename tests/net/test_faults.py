@@ -77,6 +77,22 @@ def test_loss_10pct(lab: Lab) -> None:
     assert_clean(lab)
 
 
+def test_loss_slows_tcp_like_a_lossy_link(lab: Lab) -> None:
+    """TCP must see the loss (retransmit timeouts, duplicate ACKs): a drop the sender's own stack
+    reports back is simply retried and would barely slow it."""
+    env = lab.env()
+    fault = Loss(LossFault(fault="loss", node=0, percent=10, trigger=TRIGGER), "f4")
+    with measure.server(ns(lab, 1), "sink", SINK):
+        free = measure.send(ns(lab, 0), lab.nets[1].ip, SINK, 20_000_000)
+        fault.inject(env)
+        try:
+            lossy = measure.send(ns(lab, 0), lab.nets[1].ip, SINK, 20_000_000)
+        finally:
+            fault.heal(env)
+    assert lossy["kbit_s"] < free["kbit_s"] / 5, f"{lossy['kbit_s']:.0f} vs {free['kbit_s']:.0f} kbit/s"
+    assert_clean(lab)
+
+
 def test_bandwidth_tbf(lab: Lab) -> None:
     env = lab.env()
     fault = Bandwidth(BandwidthFault(fault="bandwidth", node=0, rate_kbit=8000, trigger=TRIGGER), "f2")
