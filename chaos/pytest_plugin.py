@@ -141,6 +141,12 @@ def _resolve(scenario: str | Path | Scenario | dict[str, Any], overrides: dict[s
         data = load_scenario(source).model_dump(mode="json")
     else:
         data = dict(scenario)
+    new_kind = ((overrides or {}).get("backend") or {}).get("kind")
+    if new_kind and isinstance(data.get("backend"), dict) and data["backend"].get("kind") != new_kind:
+        # another backend: keep the shared settings (nodes, rendezvous, ...), drop the old kind's own
+        from chaos.scenario import _NodesSpec
+
+        data["backend"] = {k: v for k, v in data["backend"].items() if k in _NodesSpec.model_fields}
     data = _merge(data, overrides or {})
     if extra_args:
         data["target"] = {**data["target"], "args": [*data["target"].get("args", []), *extra_args]}
