@@ -2,8 +2,8 @@
 
 Per run: one user-defined bridge network ``chaos-<run id>`` on a /24 (``spec.subnet`` or a free one
 in 10.214.0.0/16), and per node a container ``chaos-<short run id>-n<i>`` with hostname ``node<i>``
-and the fixed address ``.(10+i)``. Everything is labelled ``chaos=1`` and ``chaos.run=<run id>``, so
-teardown (and ``chaos cleanup``) finds it even when the run crashed half-way.
+and the fixed address ``.(10+i)``. Everything is labelled ``chaos=1``, ``chaos.run=<run id>`` and
+``chaos.runner_pid``, so teardown (and :func:`cleanup`) finds it even when the run crashed half-way.
 
 A container's main process is the node's torchrun agent (``sh -c 'exec ...'``, its output appended
 to ``<run_dir>/logs/agent-node<N>.log`` on the host). Rendezvous is c10d at the ``rdzv_node``'s
@@ -82,7 +82,10 @@ def container_name(run_id: str, node: int) -> str:
 
 
 def run_labels(run_id: str) -> dict[str, str]:
-    return {LABEL: "1", "chaos.run": run_id}
+    """Labels of everything a run makes: ``chaos=1``, ``chaos.run=<run id>`` and the pid of the
+    runner process that made it (``chaos.runner_pid``: what is left of a runner that is gone can be
+    removed without touching live runs)."""
+    return {LABEL: "1", "chaos.run": run_id, "chaos.runner_pid": str(os.getpid())}
 
 
 def _alive(pid: int | None) -> bool:
@@ -182,7 +185,17 @@ class DockerBackend:
     def preflight(self) -> None:
         """Raise :class:`~chaos.errors.CapabilityError` naming the fix if no Docker engine answers
         (``DOCKER_HOST`` or ``/var/run/docker.sock``), if ``spec.image`` is not on this machine (no
-        registry is asked), or if the built image's interpreter is missing."""
+        registry is asked), or if the built image's interpreter is missing; raise
+        :class:`~chaos.errors.ChaosError` if ``spec.subnet`` is not an IPv4 network with room for
+        every node."""
+        if self.spec.subnet is not None:
+            try:
+                net = ipaddress.IPv4Network(self.spec.subnet, strict=False)
+            except ValueError as exc:
+                raise ChaosError(f"backend.subnet={self.spec.subnet!r} is not an IPv4 network; use e.g. 10.214.7.0/24") from exc
+            if net.num_addresses < 10 + self.nodes + 1:
+                raise ChaosError(f"backend.subnet={self.spec.subnet} is too small for {self.nodes} node(s) at "
+                                 f".10 to .{9 + self.nodes}; use a /24")
         client = self.client
         if self.spec.image is not None:
             import docker.errors
@@ -592,29 +605,45 @@ class DockerBackend:
         self.network = None
 
 
-def cleanup(client: Any | None = None, run_id: str | None = None) -> dict[str, list[str]]:
-    """Remove every container and network chaos made (label ``chaos=1``), or only those of
-    ``run_id``: what ``chaos cleanup`` does for the docker backend. Returns the names removed.
-    Never raises."""
+def cleanup(client: Any | None = None, run_id: str | None = None, runner_pid: int | None = None,
+            include_live: bool = False) -> dict[str, list[str]]:
+    """Remove the containers and networks chaos made (what ``chaos cleanup`` does for docker): those
+    of ``run_id``, or those made by the runner process ``runner_pid``, or else every one labelled
+    ``chaos=1`` whose runner is gone (``include_live``: also those of runners still running).
+    Returns the names removed; never raises (no engine: nothing removed)."""
     out: dict[str, list[str]] = {"containers": [], "networks": []}
     try:
         client = client or docker_client()
     except CapabilityError:
         return out
-    label = f"chaos.run={run_id}" if run_id else f"{LABEL}=1"
+    if run_id is not None:
+        label = f"chaos.run={run_id}"
+    elif runner_pid is not None:
+        label = f"chaos.runner_pid={runner_pid}"
+    else:
+        label = f"{LABEL}=1"
+
+    def wanted(labels: dict[str, str] | None) -> bool:
+        if run_id is not None or runner_pid is not None or include_live:
+            return True
+        pid = (labels or {}).get("chaos.runner_pid", "")
+        return not (pid.isdigit() and _alive(int(pid)))
+
     try:
         for c in client.containers.list(all=True, filters={"label": label}):
-            try:
-                c.remove(force=True, v=True)
-                out["containers"].append(c.name)
-            except Exception:
-                continue
+            if wanted(c.labels):
+                try:
+                    c.remove(force=True, v=True)
+                    out["containers"].append(c.name)
+                except Exception:
+                    continue
         for net in client.networks.list(filters={"label": label}):
-            try:
-                net.remove()
-                out["networks"].append(net.name)
-            except Exception:
-                continue
+            if wanted(net.attrs.get("Labels")):
+                try:
+                    net.remove()
+                    out["networks"].append(net.name)
+                except Exception:
+                    continue
     except Exception:
         pass
     return out

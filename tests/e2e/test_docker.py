@@ -25,7 +25,7 @@ import yaml
 
 from chaos import RunResult
 from chaos.backends.base import LaunchSpec
-from chaos.backends.docker import DockerBackend, network_name
+from chaos.backends.docker import DockerBackend, cleanup, network_name
 from chaos.backends.image import LABEL, built_tag, chaos_source_dir, node_image
 from chaos.errors import CapabilityError, ChaosError
 from chaos.history import RunnerLog
@@ -34,7 +34,6 @@ from tests.conftest import REPO, SCENARIOS, leftover_processes
 
 pytestmark = [pytest.mark.e2e]
 needs_docker = pytest.mark.chaos(requires=["torch", "sklearn", "docker"])
-TEST_RUN_PREFIXES = ("kill-worker-docker", "test-docker-")
 
 # two ranks, one per container: all-reduce across the bridge, write who they are, then beat forever
 TINY = """
@@ -79,23 +78,13 @@ def assert_nothing_left(run_dir: Path, run_id: str) -> None:
 
 @pytest.fixture(autouse=True)
 def _remove_what_a_failed_test_left() -> Iterator[None]:
-    """Whatever happens in a test, remove the containers and networks its runs made (and only
-    those: other runs on this engine are left alone)."""
-    try:
-        client = _client()
-        before = {c.id for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"})}
-        before |= {n.id for n in client.networks.list(filters={"label": f"{LABEL}=1"})}
-    except Exception:  # no engine: the test is skipped or checks just that
-        yield
-        return
+    """Whatever happens in a test, remove the containers and networks this test process's runs made
+    (labelled with its pid; other runs on this engine, e.g. of other xdist workers, are left alone)."""
     yield
-    ours = lambda labels: (labels or {}).get("chaos.run", "").startswith(TEST_RUN_PREFIXES)  # noqa: E731
-    for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
-        if c.id not in before and ours(c.labels):
-            c.remove(force=True)
-    for n in client.networks.list(filters={"label": f"{LABEL}=1"}):
-        if n.id not in before and ours(n.attrs.get("Labels")):
-            n.remove()
+    try:
+        cleanup(_client(), runner_pid=os.getpid())
+    except Exception:  # no engine: the test was skipped or checked just that
+        pass
 
 
 def agent_starts(result: RunResult) -> list[dict[str, Any]]:
@@ -150,6 +139,7 @@ def test_interrupted_run_leaves_no_container_network_or_process(tmp_path: Path) 
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+            cleanup(_client(), runner_pid=proc.pid)
     assert proc.returncode == 128 + signal.SIGINT, out
     journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
     assert any(e["kind"] == "interrupted" and e["signal"] == "SIGINT" for e in journal)
@@ -274,9 +264,22 @@ def test_teardown_of_a_half_created_run_removes_what_exists(tmp_path: Path) -> N
     b._create_network()
     b._create_container(0)  # created, never started; node 1 never made
     assert len(docker_leftovers(b.run_id)) == 2
+    assert b.network.name not in cleanup(b.client)["networks"]  # its runner (this process) is alive
     fresh = DockerBackend(b.spec, b.run_id, b.run_dir, b.log)  # e.g. a runner that lost track of them
     fresh.teardown()
     assert_nothing_left(b.run_dir, b.run_id)
+
+
+@needs_docker
+def test_cleanup_removes_what_a_dead_runner_left() -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    client = _client()
+    run_id = f"test-docker-orphan-{secrets.token_hex(3)}"
+    net = client.networks.create(network_name(run_id), driver="bridge",
+                                 labels={LABEL: "1", "chaos.run": run_id, "chaos.runner_pid": str(gone.pid)})
+    removed = cleanup(client)
+    assert net.name in removed["networks"] and docker_leftovers(run_id) == []
 
 
 @needs_docker
