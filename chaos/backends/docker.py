@@ -42,7 +42,7 @@ from chaos.backends.base import LaunchSpec, NodeNet
 from chaos.backends.image import LABEL, NodeImage, node_image
 from chaos.backends.procs import kill_run_processes, ns_pid, run_processes
 from chaos.backends.torchrun import AgentLogs, agent_env, error_lines, torchrun_args
-from chaos.errors import CapabilityError, ChaosError
+from chaos.errors import CapabilityError, ChaosError, ScenarioError
 from chaos.history import RunnerLog
 from chaos.scenario import DockerBackendSpec
 
@@ -51,6 +51,7 @@ IFACE = "eth0"
 SUBNET_POOL = ipaddress.IPv4Network("10.214.0.0/16")
 TERM_GRACE_S = 3.0  # teardown: SIGTERM to every agent, then SIGKILL what still runs after this long
 API_TIMEOUT_S = 60
+SHM_SIZE = "1g"  # /dev/shm of a node (Docker's default 64 MB is small for DataLoader workers)
 PING_TIMEOUT_S = 5
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
@@ -186,16 +187,17 @@ class DockerBackend:
         """Raise :class:`~chaos.errors.CapabilityError` naming the fix if no Docker engine answers
         (``DOCKER_HOST`` or ``/var/run/docker.sock``), if ``spec.image`` is not on this machine (no
         registry is asked), or if the built image's interpreter is missing; raise
-        :class:`~chaos.errors.ChaosError` if ``spec.subnet`` is not an IPv4 network with room for
+        :class:`~chaos.errors.ScenarioError` if ``spec.subnet`` is not an IPv4 network with room for
         every node."""
         if self.spec.subnet is not None:
             try:
                 net = ipaddress.IPv4Network(self.spec.subnet, strict=False)
             except ValueError as exc:
-                raise ChaosError(f"backend.subnet={self.spec.subnet!r} is not an IPv4 network; use e.g. 10.214.7.0/24") from exc
+                raise ScenarioError([f"backend.subnet={self.spec.subnet!r} is not an IPv4 network; "
+                                     "use e.g. 10.214.7.0/24"]) from exc
             if net.num_addresses < 10 + self.nodes + 1:
-                raise ChaosError(f"backend.subnet={self.spec.subnet} is too small for {self.nodes} node(s) at "
-                                 f".10 to .{9 + self.nodes}; use a /24")
+                raise ScenarioError([f"backend.subnet={self.spec.subnet} is too small for {self.nodes} node(s) at "
+                                     f".10 to .{9 + self.nodes}; use a /24"])
         client = self.client
         if self.spec.image is not None:
             import docker.errors
@@ -252,11 +254,12 @@ class DockerBackend:
 
     # -- containers ----------------------------------------------------------------------------------
     def _command(self, node: int) -> list[str]:
-        """torchrun as the container's main process, output appended to the node's log on the host."""
+        """The node's torchrun command line (what :data:`EXEC_AGENT` / :data:`SHIM_AGENT` run)."""
         assert self.launch is not None and self.image is not None
         args = torchrun_args(self.spec, node, self.run_id, self.run_dir / "logs" / "torchelastic",
                              self.ip(self.spec.rdzv_node), RDZV_PORT, self.ip(node))
-        return [self.image.python, "-m", "torch.distributed.run", *args, self.launch.script, *self.launch.args]
+        script = os.path.abspath(self.launch.script)  # the container starts in the run directory
+        return [self.image.python, "-m", "torch.distributed.run", *args, script, *self.launch.args]
 
     def _env(self, node: int) -> dict[str, str]:
         assert self.launch is not None and self.image is not None
@@ -275,13 +278,13 @@ class DockerBackend:
         cmd = self._command(node)
         log = str(self.logs.path(node))
         host_config = api.create_host_config(
-            binds=self.image.binds(), pid_mode="host" if self.host_pids else None, shm_size="256m",
+            binds=self.image.binds(), pid_mode="host" if self.host_pids else None, shm_size=SHM_SIZE,
             init=False, auto_remove=False)
         net_config = api.create_networking_config(
             {self.network.name: api.create_endpoint_config(ipv4_address=self.ip(node))})
         main = EXEC_AGENT if self.host_pids else SHIM_AGENT
-        created = api.create_container(
-            self.image.ref, ["sh", "-c", main, "sh", log, *cmd],
+        created = api.create_container(  # our entrypoint, not the image's: the agent must be what runs
+            self.image.ref, [log, *cmd], entrypoint=["sh", "-c", main, "sh"],
             name=container_name(self.run_id, node), hostname=f"node{node}", environment=self._env(node),
             working_dir=str(self.run_dir), user=f"{os.getuid()}:{os.getgid()}", host_config=host_config,
             networking_config=net_config, labels={**run_labels(self.run_id), "chaos.node": str(node)},
@@ -465,10 +468,16 @@ class DockerBackend:
         Raises :class:`~chaos.errors.ChaosError` if the node still runs."""
         if self.agent_pid(node) is not None:
             raise ChaosError(f"node-restart: node {node} is still running; crash it first (node-crash)")
-        self._containers[node].wait(timeout=API_TIMEOUT_S)  # the engine has seen the exit: it can start again
+        recreated = False
+        try:
+            self._containers[node].wait(timeout=API_TIMEOUT_S)  # the engine has seen the exit: it can start again
+        except Exception as exc:
+            if getattr(exc, "status_code", None) != 404:
+                raise
+            self._create_container(node)  # removed behind our back: make it again, same name and address
+            recreated = True
         self.poll()  # report the old agent's exit before its successor starts
         info = self._start_container(node)
-        recreated = False
         if info["ip"] != self.ip(node):
             self._remove_container(self._containers[node])
             self._create_container(node)

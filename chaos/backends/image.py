@@ -10,7 +10,12 @@ Two ways to get one:
   the run directory read-write, so events, checkpoints and logs land on the host.
 * **yours** (``image: my/training:tag``, already on this machine, with torch): only the run
   directory, the script's directory and the ``chaos`` package are mounted; ``chaos.probe`` (standard
-  library and torch only) is imported through ``PYTHONPATH``.
+  library and torch only) is imported through ``PYTHONPATH`` (before the image's own entries). The
+  image's ENTRYPOINT is replaced (the container runs ``sh`` and the torchrun agent), its ENV is kept,
+  and the interpreter is ``python:`` or ``python`` on the image's PATH.
+
+Either way the containers run as this host's uid:gid, so what lands in the run directory is the
+user's.
 """
 
 from __future__ import annotations
@@ -80,8 +85,8 @@ def _top_level_links() -> dict[str, str]:
 def built_tag() -> str:
     """``chaos-node:<12 hex>``: a hash of the host interpreter, its prefixes and the root's symlinks,
     so a different virtual environment (or host layout) gets its own image."""
-    blob = "\n".join([LAYOUT_VERSION, os.path.realpath(sys.executable), sys.executable, sys.prefix,
-                      sys.base_prefix, repr(sorted(_top_level_links().items()))])
+    blob = "\n".join([LAYOUT_VERSION, os.path.realpath(sys.executable), sys.prefix, sys.base_prefix,
+                      repr(sorted(_top_level_links().items()))])
     return f"{REPOSITORY}:{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
@@ -133,12 +138,25 @@ def _dedupe(paths: list[str]) -> list[str]:
     return kept
 
 
-def host_python_paths() -> list[str]:
-    """What the host interpreter needs to run the same way in a container: its prefixes, the real
-    interpreter's directory and every existing entry of ``sys.path`` (editable installs included)."""
-    exe = os.path.realpath(sys.executable)
-    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.dirname(os.path.dirname(exe))]
-    paths += [p for p in sys.path if p and os.path.isabs(p)]
+def host_python_paths(python: str | None = None) -> list[str]:
+    """What a host interpreter needs to run the same way in a container. This process's own
+    (``python`` None or ``sys.executable``): its prefixes and every entry of ``sys.path`` (editable
+    installs included). Another one: the prefix of its path and of its real file, and for a virtual
+    environment the base interpreter's prefix (``home`` in ``pyvenv.cfg``)."""
+    if python is None or os.path.abspath(python) == os.path.abspath(sys.executable):
+        exe = os.path.realpath(sys.executable)
+        paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                 os.path.dirname(os.path.dirname(exe))]
+        return paths + [p for p in sys.path if p and os.path.isabs(p)]
+    given = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    paths = [given, os.path.dirname(os.path.dirname(os.path.realpath(python)))]
+    try:
+        for line in Path(given, "pyvenv.cfg").read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip():
+                paths.append(os.path.dirname(value.strip()))
+    except OSError:
+        pass
     return paths
 
 
@@ -156,7 +174,7 @@ def node_image(client: Any, image: str | None, python: str | None, script_dir: P
         exe = python or sys.executable
         system = [p for p in SYSTEM_DIRS if os.path.exists(p) and not os.path.islink(p)]
         system += [p for p in SYSTEM_ETC if os.path.exists(p)]
-        ro = _dedupe([*system, *host_python_paths(), src, str(script_dir)])
+        ro = _dedupe([*system, *host_python_paths(python), src, str(script_dir)])
         env = {k: v for k, v in os.environ.items() if k in PASS_ENV or k.startswith(PASS_ENV_PREFIXES)}
         env.setdefault("LANG", "C.UTF-8")
         env["PATH"] = f"{os.path.dirname(exe)}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
