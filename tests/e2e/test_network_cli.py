@@ -119,3 +119,27 @@ def test_netns_without_root_is_exit_2_naming_the_fix(tmp_path: Path) -> None:
         assert not (public / "runs").exists()
     finally:
         shutil.rmtree(public, ignore_errors=True)
+
+
+def test_doctor_says_which_mechanism_each_fault_uses() -> None:
+    out = subprocess.run([sys.executable, "-m", "chaos.cli", "doctor", "--json"], capture_output=True, text=True,
+                         cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = {(r["group"], r["name"]): r for r in json.loads(out.stdout)}
+    for key in [("backend", "local"), ("backend", "netns"), ("backend", "docker"), ("kernel", "netem (sch_netem)"),
+                ("fault", "delay"), ("fault", "loss"), ("fault", "bandwidth"), ("fault", "partition")]:
+        assert key in rows, key
+    assert rows[("backend", "local")]["status"] == "ok"
+    if os.geteuid() == 0:
+        from chaos.net.tc import netem_available
+
+        delay = rows[("fault", "delay")]
+        if netem_available():
+            assert delay["status"] == "ok" and delay["detail"] == "netem"
+        else:
+            assert rows[("kernel", "netem (sch_netem)")]["status"] == "missing"
+            assert delay["status"] == "fallback" and "NFQUEUE" in delay["detail"]
+            assert rows[("fault", "loss")]["detail"].startswith("iptables")
+    text = subprocess.run([sys.executable, "-m", "chaos.cli", "doctor"], capture_output=True, text=True, cwd=REPO,
+                          timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert "chaos doctor" in text.stdout and "delay" in text.stdout
