@@ -72,6 +72,7 @@ class TimedProbe:
 def main() -> int:
     timed = TimedProbe(probe.get(), int(os.environ.get("BENCH_BLOCK_STEPS", "0")))
     probe.get = lambda: cast(probe.Probe, timed)  # the target calls probe.get() once, in its main()
+    sys.path.insert(0, str(Path(TARGET).parent))  # the target imports its neighbour dircheckpoint
     spec = importlib.util.spec_from_file_location("digits_ddp", TARGET)
     assert spec is not None and spec.loader is not None
     target = importlib.util.module_from_spec(spec)

@@ -16,7 +16,8 @@ from pydantic import ValidationError
 from chaos.errors import ScenarioError
 from chaos.scenario import ARG_PLACEHOLDERS, NETWORK_FAULTS, Scenario
 
-FAULT_NAMES = ("kill", "gradient", "parameter", "pause", "node-crash", "node-restart", *NETWORK_FAULTS)
+FAULT_NAMES = ("kill", "gradient", "parameter", "pause", "node-crash", "node-restart", *NETWORK_FAULTS, "disk",
+               "checkpoint")
 BACKEND_NAMES = ("local", "netns", "docker")
 
 

@@ -172,7 +172,9 @@ class Nemesis:
                     if not p.fault.ready(self.env):
                         if now - (p.arrived_at or now) < GATE_GIVE_UP_S:
                             continue
-                        p.failed = f"its target ({p.spec.select.describe()}) had no live process at the gate"
+                        sel = getattr(p.spec, "select", None)
+                        what = sel.describe() if sel is not None else p.fault.describe()
+                        p.failed = f"its target ({what}) had no live process at the gate"
                         out.append(self.log.record("fault_not_fired", fault_id=p.id, description=p.fault.describe(),
                                                    reason=p.failed))
                         self._open(p)

@@ -34,6 +34,8 @@ import yaml
 
 from chaos.backends import LaunchSpec, make_backend
 from chaos.checks import ALWAYS, CHECKS, CheckContext, Reference, Verdict, run_check
+from chaos.ckptwatch import CheckpointWatcher
+from chaos.ckptwatch import wanted as ckpt_watch_wanted
 from chaos.faults import FaultEnv
 from chaos.history import Event, EventTail, History, RunnerLog, merge_run_dir
 from chaos.nemesis import Nemesis
@@ -221,13 +223,16 @@ class _Run:
         self.log = RunnerLog(self.run_dir / "runner.jsonl")
         self.backend = make_backend(scenario.backend, self.run_id, self.run_dir, self.log)
         self.workers = WorkerTable(resolve=self.backend.host_pid)
-        self.nemesis = Nemesis(scenario, FaultEnv(self.backend, self.workers, self.run_id), self.log, self.run_dir / "control")
+        self.env = FaultEnv(self.backend, self.workers, self.run_id, checkpoint_dir=str(self.run_dir / "checkpoints"))
+        self.nemesis = Nemesis(scenario, self.env, self.log, self.run_dir / "control")
         self.tail = EventTail(self.run_dir / "events")
         self.max_step: int | None = None
         self._exit_status: dict[int, str] = {}  # pid → the probe's exit status
         self._signalled: dict[int, int] = {}  # pid → signal a fault sent it
         self._exit_reported: set[int] = set()
         self.hang_bound_s = no_hang_bound(scenario)
+        self.watcher = (CheckpointWatcher(self.run_dir / "checkpoints", self.log)
+                        if ckpt_watch_wanted(scenario.check_names()) else None)
         self._last_event: dict[int, float] = {}  # id(worker) → time of its newest event
 
     def _notify(self, events: list[Event]) -> None:
@@ -251,10 +256,17 @@ class _Run:
             made = self.nemesis.observe(e)
             if made is not None:
                 caused.append(made)
+            verified = self.watcher.observe(e) if self.watcher is not None else None
+            if verified is not None:
+                caused.append(verified)
             if e["kind"] == "step":
                 self.max_step = max(self.max_step or 0, e["step"])
             elif e["kind"] == "exit":
                 self._exit_status[e["pid"]] = e.get("status", "")
+        if self.watcher is not None:
+            latest = self.watcher.poll()
+            if latest is not None:
+                caused.append(latest)
         self._notify(events)
         self._notify(caused)
         fired = self.nemesis.tick()
@@ -317,6 +329,8 @@ class _Run:
                 checkpoint_every=s.target.checkpoint_every, backend=s.backend.model_dump(),
                 schedule=self.nemesis.schedule_summary(), deadline_s=self.deadline_s, reference=note)
             self._notify([start])
+            if self.watcher is not None:
+                import torch  # noqa: F401  (the watcher loads checkpoints; import now, not mid-run)
             env = {**s.target.env, "CHAOS_RUN_DIR": str(self.run_dir), "CHAOS_RUN_ID": self.run_id,
                    "CHAOS_RUNNER_PID": str(os.getpid()),
                    "CHAOS_GATES": json.dumps(self.nemesis.gates()), "CHAOS_SDC": json.dumps(self.nemesis.sdc_faults())}
@@ -348,6 +362,8 @@ class _Run:
                 self.nemesis.heal_all()
                 self.backend.teardown()
                 self._pump()
+                if self.watcher is not None:
+                    self._notify(self.watcher.finish())
                 self._record_worker_exits(final=True)
                 self.nemesis.finish(self.max_step)
                 self.log.record("run_end", status=status)

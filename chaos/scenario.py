@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 # Events the probe emits that a step-accurate trigger can stop at (``trigger.on_event``).
-GATE_EVENTS = ("step", "checkpoint_save_begin", "checkpoint_write", "checkpoint_saved")
+GATE_EVENTS = ("step", "checkpoint_save_begin", "checkpoint_write", "checkpoint_commit", "checkpoint_saved")
 
 # Placeholders a target's ``args`` may use; the runner fills them in.
 ARG_PLACEHOLDERS = ("checkpoint_dir", "run_dir", "steps", "seed", "checkpoint_every", "collective_timeout_s")
@@ -131,10 +131,11 @@ class Trigger(_Model):
 
     at_step: int | None = Field(default=None, ge=1, description="Fire when the job emits `on_event` at this step.")
     at_time_s: float | None = Field(default=None, ge=0, description="Fire this many seconds after the job starts.")
-    on_event: Literal["step", "checkpoint_save_begin", "checkpoint_write", "checkpoint_saved"] = Field(
+    on_event: Literal["step", "checkpoint_save_begin", "checkpoint_write", "checkpoint_commit", "checkpoint_saved"] = Field(
         default="step",
         description="With at_step: the probe event to stop at. `step` = after the step's update; "
-        "`checkpoint_write` = in the middle of writing that step's checkpoint.",
+        "`checkpoint_write` = in the middle of writing that step's checkpoint; `checkpoint_commit` = its data "
+        "is durable, its commit marker not yet written; `checkpoint_saved` = the save is complete.",
     )
     rank: int | None = Field(
         default=None, ge=0, description="With at_step: the rank whose event counts (default: the fault's ranks)."
@@ -373,13 +374,59 @@ class PartitionFault(_Healable):
         return f"partition nodes {{{a}}} | {{{b}}} {self.trigger.describe()}{self._span()}"
 
 
+DiskOp = Literal["open", "create", "read", "write", "fsync", "flush", "rename", "unlink", "mkdir", "rmdir",
+                 "truncate", "getattr", "readdir"]
+
+
+def _write_and_fsync() -> list[DiskOp]:
+    return ["write", "fsync"]
+
+
+class DiskFault(_Healable):
+    """Stall, slow down or fail chosen file operations on the checkpoint directory, through a FUSE
+    pass-through filesystem mounted over it (as Chaos Mesh's IOChaos does)."""
+
+    fault: Literal["disk"]
+    mode: Literal["stall", "slow", "error"]
+    ops: list[DiskOp] = Field(default_factory=_write_and_fsync, min_length=1, description="Operations affected.")
+    path: str = Field(default="*", description="fnmatch glob on the path inside the checkpoint directory.")
+    rank: int | None = Field(default=None, ge=0, description="Only the calls of this rank's processes (default: all).")
+    latency_ms: float = Field(default=100, gt=0, description="slow: added latency per operation, ms.")
+    errno: Literal["EIO", "ENOSPC", "EROFS", "EDQUOT", "EACCES", "ENOENT", "EBUSY", "EAGAIN"] = Field(
+        default="EIO", description="error: the error returned.")
+    probability: float = Field(default=1.0, gt=0, le=1, description="error/slow: share of matching operations hit.")
+
+    def describe(self) -> str:
+        what = {"stall": "stall", "slow": f"slow ({self.latency_ms:g} ms)",
+                "error": f"fail ({self.errno}{'' if self.probability == 1 else f', p={self.probability:g}'})"}[self.mode]
+        who = f" of rank {self.rank}" if self.rank is not None else ""
+        where = "" if self.path == "*" else f" on {self.path}"
+        return f"{what} checkpoint {'/'.join(self.ops)}{who}{where} {self.trigger.describe()}{self._span()}"
+
+
+class CheckpointFault(_Model):
+    """Damage the newest checkpoint on disk between its save and the next load: ``corrupt`` (flip
+    bytes), ``truncate``, or ``delete-metadata`` (remove its commit marker)."""
+
+    fault: Literal["checkpoint"]
+    mode: Literal["corrupt", "truncate", "delete-metadata"]
+    offsets: list[int] = Field(default_factory=list, description="corrupt: byte offsets to flip (default: the "
+                               "middle of the largest file); negative counts from the end.")
+    keep_bytes: int | None = Field(default=None, ge=0, description="truncate: bytes kept (default: half).")
+    trigger: Trigger
+
+    def describe(self) -> str:
+        what = {"corrupt": "corrupt", "truncate": "truncate", "delete-metadata": "delete the metadata of"}[self.mode]
+        return f"{what} the newest checkpoint {self.trigger.describe()}"
+
+
 NETWORK_FAULTS = ("delay", "loss", "bandwidth", "partition")
 
 IN_PROCESS_FAULTS = ("gradient", "parameter")
 
 FaultSpec = Annotated[
     KillFault | GradientFault | ParameterFault | PauseFault | NodeCrashFault | NodeRestartFault | DelayFault
-    | LossFault | BandwidthFault | PartitionFault,
+    | LossFault | BandwidthFault | PartitionFault | DiskFault | CheckpointFault,
     Field(discriminator="fault"),
 ]
 

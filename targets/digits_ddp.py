@@ -14,6 +14,13 @@ Deliberately broken modes, for testing the checks themselves (``--broken``, repe
   no-rng-restore        do not restore RNG state or data position (restart the epoch's data)
   no-optimizer-restore  restore the model only; optimizer and LR scheduler start fresh
   no-collective-timeout ignore --timeout-s (torch's default, 30 min): a paused peer blocks the others
+  no-verify             (--ckpt-format dir) load what `latest` names without checking marker or digest
+  latest-before-durable (--ckpt-format dir) move `latest` before the data is written (torchtitan#930)
+
+Checkpoint formats: ``file`` (default; ``ckpt-<step>.pt``, atomic rename) and ``dir``
+(``step-<step>/`` with a ``.metadata`` commit marker and a ``latest`` pointer, verified on load with
+fallback to the previous good one; see ``dircheckpoint.py``). ``--async-save`` writes ``dir``
+checkpoints on a background thread while training goes on.
 
 Elastic: restored at another world size (torchrun --nnodes=MIN:MAX after a node is lost or comes
 back), the job re-shards its data: ``DistributedSampler`` interleaves one permutation over the
@@ -33,6 +40,7 @@ import sys
 import time
 from datetime import timedelta
 
+import dircheckpoint  # noqa: E402  (next to this script)
 import torch
 import torch.distributed as dist
 from sklearn.datasets import load_digits
@@ -45,7 +53,8 @@ from chaos import probe
 from chaos.probe import sdc
 from chaos.probe.detectors import SdcDetectors
 
-BROKEN_MODES = ("non-atomic-save", "no-rng-restore", "no-optimizer-restore", "no-collective-timeout")
+BROKEN_MODES = ("non-atomic-save", "no-rng-restore", "no-optimizer-restore", "no-collective-timeout", "no-verify",
+                "latest-before-durable")
 CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")
 
 
@@ -66,6 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--replica-digest-every", type=int, default=10, help="steps between cross-replica digest checks")
     ap.add_argument("--sdc-reaction", choices=["rollback", "none"], default="rollback",
                     help="on an SDC alarm: roll every rank back to the newest checkpoint, or only record it")
+    ap.add_argument("--ckpt-format", choices=["file", "dir"], default="file",
+                    help="file: ckpt-<step>.pt; dir: step-<step>/ with a commit marker and a latest pointer")
+    ap.add_argument("--async-save", action="store_true", help="(dir) write checkpoints on a background thread")
     ap.add_argument("--step-time-ms", type=float, default=0.0,
                     help="pad every step to at least this long, ms (a bigger model's compute; 0: none)")
     ap.add_argument("--broken", action="append", default=[], choices=BROKEN_MODES)
@@ -155,12 +167,13 @@ def main(argv: list[str] | None = None) -> None:
                        digest_every=args.replica_digest_every if "digest" in args.sdc_detectors else 0,
                        replay="replay" in args.sdc_detectors)
 
-    def load(path: str) -> tuple[int, int, int]:
+    def load(path: str, data: bytes | None = None) -> tuple[int, int, int]:
         """Restore model, optimizer, scheduler, RNG and data position; returns (step, epoch, batch)."""
         p.checkpoint_load_begin(path)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            if data is None:
+                with open(path, "rb") as f:
+                    data = f.read()
             state = torch.load(io.BytesIO(data), weights_only=False)
         except Exception as exc:
             p.checkpoint_load_failed(path, f"{type(exc).__name__}: {exc}")
@@ -184,6 +197,44 @@ def main(argv: list[str] | None = None) -> None:
         p.checkpoint_loaded(state["step"], path, probe.bytes_digest(data), world_size=world)
         return state["step"], *position
 
+    def restore_newest() -> tuple[int, int, int] | None:
+        """Load the newest good checkpoint (None: there is none)."""
+        if args.ckpt_format == "file":
+            path = newest_checkpoint(args.checkpoint_dir)
+            return load(path) if path is not None else None
+        found = dircheckpoint.load_newest(
+            args.checkpoint_dir, check="no-verify" not in args.broken,
+            reject=lambda path, why: p.emit("checkpoint_rejected", path=path, reason=why))
+        return load(*found) if found is not None else None
+
+    writer = dircheckpoint.AsyncWriter()
+
+    def save_dir(state: dict, step: int) -> None:
+        """Serialize now (the state must not change under the writer), write now or in the background."""
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        data = buf.getvalue()
+        final = os.path.join(args.checkpoint_dir, f"step-{step:06d}")
+
+        def write() -> None:
+            p.checkpoint_save_begin(step, final, bytes=len(data), mode="async" if args.async_save else "sync")
+            try:
+                saved = dircheckpoint.save(
+                    args.checkpoint_dir, step, data, state["world_size"], args.keep,
+                    on_half=lambda half: p.checkpoint_write(step, final, bytes_written=half),
+                    on_commit=lambda: p.emit("checkpoint_commit", step=step, path=final),
+                    latest_first="latest-before-durable" in args.broken)
+            except OSError as exc:
+                p.emit("checkpoint_save_failed", step=step, path=final, error=f"{type(exc).__name__}: {exc}")
+                return
+            p.checkpoint_saved(step, saved.path, saved.digest, bytes=saved.bytes)
+            p.emit("checkpoint_latest", step=step, path=saved.path)
+
+        if not args.async_save:
+            write()
+        elif not writer.submit(write):
+            p.emit("checkpoint_skipped", step=step, reason="the previous checkpoint is still being written")
+
     rollbacks: dict[int, int] = {}  # step → rollbacks it caused
 
     def react(alarms: list[dict], step_no: int) -> tuple[int, int, int] | None:
@@ -202,20 +253,20 @@ def main(argv: list[str] | None = None) -> None:
                 opt.zero_grad(set_to_none=True)  # never apply a gradient the detectors reject
             return None
         rollbacks[step_no] = rollbacks.get(step_no, 0) + 1
-        path = newest_checkpoint(args.checkpoint_dir)
-        if path is None:
+        writer.wait()  # roll back to a checkpoint that is on disk
+        restored = restore_newest()
+        if restored is None:
             p.emit("sdc_skip", step=step_no, reason="no checkpoint to roll back to: the update is skipped")
             opt.zero_grad(set_to_none=True)
             return None
-        restored = load(path)
-        p.emit("sdc_rollback", step=step_no, to_step=restored[0], path=path,
+        p.emit("sdc_rollback", step=step_no, to_step=restored[0],
                detectors=sorted({a["detector"] for a in alarms}))
         return restored
 
     step, epoch, offset = 0, 0, 0
-    path = newest_checkpoint(args.checkpoint_dir)
-    if path is not None:
-        step, epoch, offset = load(path)
+    restored = restore_newest()
+    if restored is not None:
+        step, epoch, offset = restored
 
     while step < args.steps:
         sampler.set_epoch(epoch)
@@ -276,13 +327,17 @@ def main(argv: list[str] | None = None) -> None:
                         "data_position": {"epoch": epoch, "batch": b},
                         "world_size": world,
                     }
-                    save_checkpoint(state, args.checkpoint_dir, step, args.keep,
-                                    "non-atomic-save" not in args.broken, p)
+                    if args.ckpt_format == "dir":
+                        save_dir(state, step)
+                    else:
+                        save_checkpoint(state, args.checkpoint_dir, step, args.keep,
+                                        "non-atomic-save" not in args.broken, p)
         if rolled_back:
             step, epoch, offset = rolled_back
         else:
             epoch, offset = epoch + 1, 0
 
+    writer.wait()  # the last checkpoint is on disk before the job reports its end
     if rank == 0:
         model.eval()
         with torch.no_grad():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chaos.checks import completion, equivalence, hang, regroup, restore, sdc, speed  # noqa: F401  (registers)
+from chaos.checks import completion, durability, equivalence, hang, regroup, restore, sdc, speed  # noqa: F401
 from chaos.checks.base import CHECKS, CheckContext, CheckDef, Reference, Verdict, run_check
 
 ALWAYS = ("faults_fired",)

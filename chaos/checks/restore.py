@@ -57,7 +57,13 @@ def _rank_problems(r: Restore) -> tuple[list[str], list[dict]]:
             continue
         loaded = rec.loaded
         path = loaded["path"]
-        if path in r.torn:
+        if path in r.damaged:
+            problems.append(
+                f"{who} loaded {_ckpt(path)}, which was damaged after its save ({r.damaged[path].get('description')}): "
+                "the job does not verify what it loads"
+            )
+            examples.append(loaded)
+        elif path in r.torn:
             problems.append(
                 f"{who} loaded {path}, a torn checkpoint: its save at step {r.torn[path].get('step')} began "
                 f"but never completed before the fault"

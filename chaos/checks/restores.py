@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from chaos.history import Event, History
@@ -36,6 +37,7 @@ class Restore:
     durable: Event | None  # newest checkpoint_saved before the fault
     saved_digests: dict[str, str]  # path → digest of saves reported before the fault
     torn: dict[str, Event]  # path → checkpoint_save_begin not followed by checkpoint_saved before the fault
+    damaged: dict[str, Event] = field(default_factory=dict)  # path → the checkpoint fault that damaged it
     ranks: dict[int, RankRecovery] = field(default_factory=dict)
 
     @property
@@ -58,9 +60,12 @@ def restores(history: History) -> list[Restore]:
         tk = fault["t"]
         until = kills[i + 1]["t"] if i + 1 < len(kills) else None
         steps_before = [e["step"] for e in history.probe("step") if e["t"] < tk]
-        saved = [e for e in history.probe("checkpoint_saved") if e["t"] < tk]
+        damaged = {e.get("checkpoint"): e for e in history.faults() if e.get("fault") == "checkpoint" and e["t"] < tk}
+        all_saved = [e for e in history.probe("checkpoint_saved") if e["t"] < tk]
+        # a checkpoint damaged after its save is no longer durable
+        saved = [e for e in all_saved if os.path.basename(e["path"]) not in damaged]
         last_saved: dict[str, float] = {}
-        for e in saved:
+        for e in all_saved:
             last_saved[e["path"]] = e["t"]
         torn: dict[str, Event] = {}
         for e in history.probe("checkpoint_save_begin"):
@@ -73,6 +78,8 @@ def restores(history: History) -> list[Restore]:
             durable=max(saved, key=lambda e: (e["step"], e["t"])) if saved else None,
             saved_digests={e["path"]: e["digest"] for e in saved},
             torn=torn,
+            damaged={e["path"]: damaged[os.path.basename(e["path"])] for e in all_saved
+                     if os.path.basename(e["path"]) in damaged},
         )
         for rank, starts in sorted(history.processes_started_after(tk, until).items()):
             # the first process of this rank that got as far as restoring (loading or stepping); the ones
@@ -81,7 +88,8 @@ def restores(history: History) -> list[Restore]:
             start = reached[0] if reached else starts[0]
             rec = RankRecovery(rank=rank, start=start, false_starts=[s for s in starts if s["t"] < start["t"]])
             # a rank that rejoined later (an elastic job growing back) should load what was saved meanwhile
-            later = [e for e in history.probe("checkpoint_saved") if e["t"] < start["t"]]
+            later = [e for e in history.probe("checkpoint_saved") if e["t"] < start["t"]
+                     and os.path.basename(e["path"]) not in damaged]
             rec.durable = max(later, key=lambda e: (e["step"], e["t"])) if later else None
             for e in history.of_pid(start["pid"]):
                 kind = e["kind"]

@@ -24,6 +24,8 @@ class FaultEnv:
     backend: Backend
     workers: WorkerTable
     run_id: str = ""
+    disk: Any = None  # the run's chaos.disk.mount.DiskMount over the checkpoint directory, if mounted
+    checkpoint_dir: str = ""  # where the target's checkpoints are (the directory the target writes)
 
 
 class Fault(Protocol):

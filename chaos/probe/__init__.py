@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -80,6 +81,7 @@ class Probe:
         self.pid = os.getpid()
         self._runner_pid = int(env.get("CHAOS_RUNNER_PID", "0") or 0)
         self._seq = 0
+        self._lock = threading.Lock()
         self._exited = False
         self._last_step: int | None = None
         self._gates: dict[tuple[str, int], str] = {}
@@ -109,6 +111,15 @@ class Probe:
         """Append one event; then, if a gate names (kind, step), wait at it for the runner."""
         if not self.enabled or self._file is None:
             return
+        with self._lock:  # a background checkpoint writer emits too
+            self._emit_locked(kind, step, fields)
+        if step is not None and self._gates:
+            gate = self._gates.get((kind, step))
+            if gate is not None:
+                self._wait_at_gate(gate, kind, step)
+
+    def _emit_locked(self, kind: str, step: int | None, fields: dict[str, Any]) -> None:
+        assert self._file is not None
         self._seq += 1
         record: dict[str, Any] = {
             "t": time.time(),
@@ -125,10 +136,6 @@ class Probe:
             record["step"] = step
         record.update(fields)
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-        if step is not None and self._gates:
-            gate = self._gates.get((kind, step))
-            if gate is not None:
-                self._wait_at_gate(gate, kind, step)
 
     def _wait_at_gate(self, gate: str, kind: str, step: int) -> None:
         go = os.path.join(self.run_dir, "control", f"go-{gate}")

@@ -1,0 +1,96 @@
+"""Checks on the checkpoints themselves, judged from what the runner verified outside the job
+(:mod:`chaos.ckptwatch`) and what the job said about its loads.
+
+``checkpoint_durable``: every checkpoint the job reported as saved was complete, matched its
+digest and loaded — right after its save, when a worker began to load it, and at the end of the
+run if still on disk. ``latest_is_complete``: every value the ``latest`` pointer took named a
+complete checkpoint (pytorch/torchtitan#930: an async save moved it before the data was durable).
+``fell_back``: after the newest checkpoint was damaged (a ``checkpoint`` fault), the job rejected it
+and resumed from the previous good one, and said so (NVIDIA/Megatron-LM#5281).
+"""
+
+from __future__ import annotations
+
+import os
+
+from chaos.checks.base import CheckContext, Verdict, check
+from chaos.history import History
+
+
+def _name(path: str | None) -> str:
+    return os.path.basename(path or "?")
+
+
+@check("every checkpoint the job reported as saved is complete, matches its digest and loads — verified by "
+       "the runner after the save, at each load and at the end")
+def checkpoint_durable(history: History, ctx: CheckContext) -> Verdict:
+    name = "checkpoint_durable"
+    verified = history.of("checkpoint_verified")
+    if not verified:
+        return Verdict(name, "unknown", "no checkpoint was reported saved (or the runner did not watch them)")
+    bad = [e for e in verified if not e.get("ok")]
+    saved = {e["path"] for e in verified if e.get("when") == "saved"}
+    if bad:
+        text = "; ".join(f"{_name(e['path'])} (step {e.get('step')}) at {e['when']}: {e.get('reason')}"
+                         for e in bad[:4])
+        more = f" (and {len(bad) - 4} more)" if len(bad) > 4 else ""
+        return Verdict(name, "failed", f"{len(bad)} verification(s) failed: {text}{more}", events=bad[:4])
+    loads = sum(e.get("when") == "load" for e in verified)
+    end = sum(e.get("when") == "end" for e in verified)
+    return Verdict(name, "ok", f"{len(saved)} checkpoint(s) complete, digest-equal and loadable after their save; "
+                   f"{loads} re-verified when loaded, {end} at the end of the run", value=len(saved))
+
+
+@check("the `latest` pointer never named an incomplete checkpoint")
+def latest_is_complete(history: History, ctx: CheckContext) -> Verdict:
+    name = "latest_is_complete"
+    changes = history.of("latest_changed")
+    if not changes:
+        return Verdict(name, "unknown", "no `latest` pointer was seen (the target writes none)")
+    bad = [e for e in changes if not e.get("complete")]
+    t0 = history.run_start() or 0.0
+    if bad:
+        text = "; ".join(f"at t={e['t'] - t0:.1f}s latest named {e['name']}: {e.get('reason')}" for e in bad[:3])
+        return Verdict(name, "failed", f"{text} — a crash then would resume from nothing", events=bad[:3])
+    return Verdict(name, "ok", f"latest changed {len(changes)} time(s), each time to a complete, verified "
+                   f"checkpoint (last: {changes[-1]['name']})", value=len(changes))
+
+
+@check("after the newest checkpoint was damaged, the job rejected it and resumed from the previous good one")
+def fell_back(history: History, ctx: CheckContext) -> Verdict:
+    name = "fell_back"
+    damage = [e for e in history.faults() if e.get("fault") == "checkpoint"]
+    if not damage:
+        return Verdict(name, "unknown", "no checkpoint was damaged in this run (no `checkpoint` fault fired)")
+    problems, oks = [], []
+    for f in damage:
+        bad_name, bad_step = f.get("checkpoint"), f.get("checkpoint_step")
+        loads = [e for e in history.probe("checkpoint_loaded", "checkpoint_load_failed", "checkpoint_rejected")
+                 if e["t"] > f["t"]]
+        if not loads:
+            problems.append(f"after {f.get('description')} ({bad_name}) the job never loaded a checkpoint again "
+                            "(nothing restarted it, so the damage was never put to the test)")
+            continue
+        loaded = [e for e in loads if e["kind"] == "checkpoint_loaded"]
+        took_bad = [e for e in loaded if _name(e.get("path")) == bad_name]
+        failed = [e for e in loads if e["kind"] == "checkpoint_load_failed" and _name(e.get("path")) == bad_name]
+        rejected = [e for e in loads if e["kind"] == "checkpoint_rejected" and _name(e.get("path")) == bad_name]
+        if took_bad:
+            problems.append(f"rank {took_bad[0]['rank']} loaded the damaged {bad_name} (step {bad_step}) as if it "
+                            "were good: the job does not verify what it loads")
+        elif failed:
+            problems.append(f"loading the damaged {bad_name} failed {len(failed)} time(s) "
+                            f"({str(failed[0].get('error'))[:100]}) instead of falling back to the previous "
+                            "checkpoint")
+        elif not rejected:
+            problems.append(f"no rank said it rejected {bad_name}; they loaded "
+                            f"{_name(loaded[0].get('path')) if loaded else 'nothing'}")
+        elif not loaded:
+            problems.append(f"{bad_name} was rejected but no older checkpoint was loaded")
+        else:
+            first = loaded[0]
+            oks.append(f"{bad_name} rejected ({str(rejected[0].get('reason'))[:80]}); resumed from "
+                       f"{_name(first.get('path'))} (step {first.get('step')})")
+    if problems:
+        return Verdict(name, "failed", "; ".join(problems), events=damage[:2])
+    return Verdict(name, "ok", "; ".join(oks), events=damage[:2])

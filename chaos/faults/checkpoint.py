@@ -1,0 +1,114 @@
+"""The ``checkpoint`` fault: damage the newest checkpoint on disk between its save and the next load.
+
+``corrupt`` flips every bit of the bytes at the given offsets (default: the middle byte of the
+largest file) — what a bad disk, a torn page or a buggy copy leaves; ``truncate`` cuts the largest
+file to ``keep_bytes`` (default half); ``delete-metadata`` removes the commit marker
+(``.metadata``) of a directory checkpoint, as a kill between the shard files and the marker does
+(awslabs/awsome-distributed-ai#190, pytorch/torchtitan#315).
+
+Checkpoints are found by the bundled target's layouts: directories ``step-<N>/`` (files plus
+``.metadata``) and files ``ckpt-<N>.pt``; the newest is the highest step. When the checkpoint
+directory is a FUSE mount (disk faults), the damage is done in its backing directory, so no rule of
+a disk fault delays or fails the runner itself. Instant: there is nothing to heal.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from chaos.errors import ChaosError
+from chaos.faults.base import FaultEnv
+from chaos.scenario import CheckpointFault
+
+STEP_RE = re.compile(r"^(?:step-|ckpt-)(\d+)(?:\.pt)?$")
+METADATA = ".metadata"
+
+
+def checkpoint_root(env: FaultEnv) -> Path:
+    """Where the checkpoints are on disk (the FUSE mount's backing directory if there is one)."""
+    backing = getattr(env.disk, "backing", None)
+    return Path(backing) if backing else Path(env.checkpoint_dir)
+
+
+def newest_checkpoint(root: Path) -> Path | None:
+    """The checkpoint (directory or file) with the highest step under ``root``."""
+    found = []
+    for entry in root.iterdir() if root.is_dir() else []:
+        m = STEP_RE.match(entry.name)
+        if m and (entry.is_dir() or entry.suffix == ".pt"):
+            found.append((int(m.group(1)), entry))
+    return max(found)[1] if found else None
+
+
+def _largest_file(ckpt: Path) -> Path:
+    if ckpt.is_file():
+        return ckpt
+    files = [p for p in ckpt.iterdir() if p.is_file() and p.name != METADATA]
+    if not files:
+        raise ChaosError(f"checkpoint: {ckpt} holds no data file")
+    return max(files, key=lambda p: p.stat().st_size)
+
+
+class CheckpointDamage:
+    """Corrupt, truncate or un-commit the newest checkpoint. Raises :class:`ChaosError` when there is
+    no checkpoint (or no metadata to delete)."""
+
+    instant = True
+
+    def __init__(self, spec: CheckpointFault, fault_id: str) -> None:
+        self.spec = spec
+        self.id = fault_id
+
+    def describe(self) -> str:
+        return self.spec.describe()
+
+    def preflight(self, env: FaultEnv) -> None:
+        return None
+
+    def ranks(self, env: FaultEnv) -> set[int] | None:
+        return None
+
+    def ready(self, env: FaultEnv) -> bool:
+        return newest_checkpoint(checkpoint_root(env)) is not None
+
+    def inject(self, env: FaultEnv) -> dict[str, Any]:
+        root = checkpoint_root(env)
+        ckpt = newest_checkpoint(root)
+        if ckpt is None:
+            raise ChaosError(f"checkpoint: no checkpoint in {root} to damage")
+        m = STEP_RE.match(ckpt.name)
+        done: dict[str, Any] = {"mode": self.spec.mode, "checkpoint": ckpt.name,
+                                "checkpoint_step": int(m.group(1)) if m else None}
+        if self.spec.mode == "delete-metadata":
+            marker = ckpt / METADATA
+            if not marker.exists():
+                raise ChaosError(f"checkpoint: {ckpt.name} has no {METADATA} to delete (not a directory checkpoint)")
+            marker.unlink()
+            return {**done, "deleted": METADATA}
+        target = _largest_file(ckpt)
+        size = target.stat().st_size
+        if self.spec.mode == "truncate":
+            keep = size // 2 if self.spec.keep_bytes is None else min(self.spec.keep_bytes, size)
+            os.truncate(target, keep)
+            return {**done, "file": target.name, "bytes_before": size, "bytes_after": keep}
+        offsets = [o if o >= 0 else size + o for o in (self.spec.offsets or [size // 2])]
+        bad = [o for o in offsets if not 0 <= o < size]
+        if bad:
+            raise ChaosError(f"checkpoint: offsets {bad} are outside {target.name} ({size} bytes)")
+        flipped = []
+        with open(target, "r+b") as f:
+            for o in offsets:
+                f.seek(o)
+                old = f.read(1)[0]
+                f.seek(o)
+                f.write(bytes([old ^ 0xFF]))
+                flipped.append({"offset": o, "old": old, "new": old ^ 0xFF})
+            f.flush()
+            os.fsync(f.fileno())
+        return {**done, "file": target.name, "bytes": size, "flipped": flipped}
+
+    def heal(self, env: FaultEnv) -> dict[str, Any] | None:
+        return None
