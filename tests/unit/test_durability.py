@@ -1,0 +1,125 @@
+"""Unit tests of checkpoint_durable, latest_is_complete and fell_back (hand-built histories), of the
+runner's checkpoint verification, and of the checkpoint fault on real files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from chaos.checks import CheckContext, run_check
+from chaos.ckptwatch import verify
+from chaos.faults.base import FaultEnv
+from chaos.faults.checkpoint import CheckpointDamage
+from chaos.history import History
+from chaos.scenario import CheckpointFault
+from chaos.workers import WorkerTable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "targets"))
+import dircheckpoint  # noqa: E402
+
+
+def runner(kind: str, t: float, **fields) -> dict:
+    return {"t": t, "kind": kind, "source": "runner", **fields}
+
+
+def probe(kind: str, rank: int, t: float, **fields) -> dict:
+    return {"t": t, "kind": kind, "node": 0, "rank": rank, "world_size": 2, "restart": 1, "pid": 200 + rank, **fields}
+
+
+def judge(name: str, events: list[dict]):
+    return run_check(name, History([runner("run_start", 0.0), *events]), CheckContext(100, 2, 10))
+
+
+def test_checkpoint_durable() -> None:
+    ok = [runner("checkpoint_verified", 1.0, when="saved", path="/c/step-000010", step=10, ok=True)]
+    assert judge("checkpoint_durable", ok).status == "ok"
+    bad = [*ok, runner("checkpoint_verified", 2.0, when="load", path="/c/step-000010", step=10, ok=False,
+                       reason="model.pt digest 1 does not match")]
+    v = judge("checkpoint_durable", bad)
+    assert v.status == "failed" and "step-000010 (step 10) at load: model.pt digest 1 does not match" in v.explanation
+    assert judge("checkpoint_durable", []).status == "unknown"
+
+
+def test_latest_is_complete() -> None:
+    good = [runner("latest_changed", 1.0, name="step-000010", complete=True)]
+    assert judge("latest_is_complete", good).status == "ok"
+    v = judge("latest_is_complete", [*good, runner("latest_changed", 2.5, name="step-000020", complete=False,
+                                                   reason="step-000020 has no .metadata")])
+    assert v.status == "failed" and "at t=2.5s latest named step-000020: step-000020 has no .metadata" in v.explanation
+    assert judge("latest_is_complete", []).status == "unknown"
+
+
+DAMAGE = runner("fault_inject", 3.0, fault="checkpoint", fault_id="f0", description="corrupt the newest checkpoint",
+                checkpoint="step-000040", checkpoint_step=40)
+
+
+def test_fell_back_ok_and_failing_ways() -> None:
+    rejected = probe("checkpoint_rejected", 0, 5.0, path="/c/step-000040", reason="digest mismatch")
+    loaded_30 = probe("checkpoint_loaded", 0, 5.1, step=30, path="/c/step-000030")
+    v = judge("fell_back", [DAMAGE, rejected, loaded_30])
+    assert v.status == "ok" and "step-000040 rejected (digest mismatch); resumed from step-000030" in v.explanation
+    took = judge("fell_back", [DAMAGE, probe("checkpoint_loaded", 1, 5.1, step=40, path="/c/step-000040")])
+    assert took.status == "failed" and "loaded the damaged step-000040" in took.explanation
+    crash = judge("fell_back", [DAMAGE, probe("checkpoint_load_failed", 0, 5.1, path="/c/step-000040", error="bad zip")])
+    assert crash.status == "failed" and "instead of falling back" in crash.explanation
+    never = judge("fell_back", [DAMAGE])
+    assert never.status == "failed" and "never loaded a checkpoint again" in never.explanation
+    assert judge("fell_back", [rejected]).status == "unknown"
+
+
+def saved(root: Path, step: int, world: int = 2) -> dircheckpoint.Saved:
+    state = {"w": torch.arange(1000, dtype=torch.float32) * step}
+    import io
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return dircheckpoint.save(str(root), step, buf.getvalue(), world, keep=3)
+
+
+def env_of(root: Path) -> FaultEnv:
+    return FaultEnv(backend=None, workers=WorkerTable(), run_id="t", checkpoint_dir=str(root))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["corrupt", "truncate", "delete-metadata"])
+def test_checkpoint_fault_damages_the_newest_and_verification_sees_it(tmp_path: Path, mode: str) -> None:
+    for step in (10, 20, 30):
+        s = saved(tmp_path, step)
+    assert verify(Path(s.path), s.digest) is None
+    fault = CheckpointDamage(CheckpointFault(fault="checkpoint", mode=mode, trigger={"at_time_s": 0}), "f0")
+    done = fault.inject(env_of(tmp_path))
+    assert done["checkpoint"] == "step-000030" and done["checkpoint_step"] == 30
+    why = verify(Path(s.path), s.digest)
+    assert why is not None
+    rejected: list[tuple[str, str]] = []
+    path, _ = dircheckpoint.load_newest(str(tmp_path), True, lambda p, w: rejected.append((p, w)))  # type: ignore[misc]
+    assert path.endswith("step-000020") and rejected and rejected[0][0].endswith("step-000030")
+    # without verification the damaged one is what a job gets
+    path, _ = dircheckpoint.load_newest(str(tmp_path), False, lambda p, w: None)  # type: ignore[misc]
+    assert path.endswith("step-000030")
+
+
+def test_dir_checkpoints_rotate_and_latest_names_a_complete_one(tmp_path: Path) -> None:
+    for step in range(10, 70, 10):
+        saved(tmp_path, step)
+    assert [s for s, _ in dircheckpoint.step_dirs(str(tmp_path))] == [60, 50, 40]
+    assert dircheckpoint.read_latest(str(tmp_path)) == "step-000060"
+    meta = json.loads((tmp_path / "step-000060" / ".metadata").read_text())
+    data = (tmp_path / "step-000060" / "model.pt").read_bytes()
+    assert meta["files"]["model.pt"]["sha256"] == hashlib.sha256(data).hexdigest()
+
+
+def test_failed_write_leaves_no_partial_directory_and_latest_alone(tmp_path: Path, monkeypatch) -> None:
+    saved(tmp_path, 10)
+
+    def enospc(half: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        dircheckpoint.save(str(tmp_path), 20, b"x" * 1000, 2, keep=3, on_half=enospc)
+    assert not (tmp_path / "step-000020").exists()
+    assert dircheckpoint.read_latest(str(tmp_path)) == "step-000010"
