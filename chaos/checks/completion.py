@@ -133,17 +133,18 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
         stuck = ", ".join(f"rank {s['rank']} ({s['silent_s']:.0f} s silent)" for s in hung.get("stuck", []))
         return Verdict(name, "failed", f"the job hung and was stopped: {stuck}; {_progress(history)}", events=[hung])
     exits = history.of("agent_exit")
-    crashed = _crashed_agent_exits(history)
+    reached = _reached(history)
+    starts = history.probe("start")
+    final_world = int(starts[-1].get("world_size") or ctx.world_size) if starts else ctx.world_size
+    short = {r: reached.get(r) for r in range(final_world) if reached.get(r) != ctx.steps}
+    # an agent a fault took down is the fault's doing, as long as the job went on without it
+    crashed = _crashed_agent_exits(history) if not short else set()
     bad = [e for e in exits if e.get("exit_code") != 0 and id(e) not in crashed]
     if bad:
         codes = ", ".join(f"node {e['node']} exited {e['exit_code']}" for e in bad)
         parts = [f"torchrun agent failed: {codes}; {_progress(history)}"]
         parts += _aborted_after_clean_exit(history) + _last_errors(history) + _hints(history) + _log_tails(history)
         return Verdict(name, "failed", "; ".join(parts), events=bad[:3])
-    reached = _reached(history)
-    starts = history.probe("start")
-    final_world = int(starts[-1].get("world_size") or ctx.world_size) if starts else ctx.world_size
-    short = {r: reached.get(r) for r in range(final_world) if reached.get(r) != ctx.steps}
     if short:
         what = ", ".join(f"rank {r} reached {'no step' if s is None else f'step {s}'}" for r, s in sorted(short.items()))
         return Verdict(name, "failed", f"agents exited 0 but not every rank reached step {ctx.steps}: {what}",
