@@ -5,7 +5,7 @@
 # is missing; those tests then skip (or fail under CI=true).
 set -euo pipefail
 
-PACKAGES=(docker.io iptables iproute2 util-linux libnetfilter-queue-dev procps)
+PACKAGES=(docker.io iptables iproute2 util-linux libnetfilter-queue-dev procps fuse3)
 need=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
