@@ -10,7 +10,8 @@ Everything under ``MNT`` is passed through to ``BACKING``. The process is multit
 worker threads, up to :data:`MAX_THREADS`): a stalled operation holds one thread, the others go on.
 
 Rules (:mod:`chaos.disk.rules`) are read from ``RULES.json`` by a watcher thread that checks the
-file's inode, size and mtime every :data:`RULES_POLL_S` s; after each change it writes
+file's inode, size and mtime every :data:`RULES_POLL_S` s, and at once when a byte arrives in the
+FIFO ``RULES.json.wake`` (if the mount manager made one, :func:`poke`); after each change it writes
 ``RULES.json.ack`` (``{"generation", "pid", "rules", "counts"}``, atomically) so the mount manager
 knows the change is in force. A stalled operation waits on a condition that is re-evaluated at each
 change, so removing the rule releases it at once.
@@ -41,8 +42,10 @@ import json
 import logging
 import os
 import random
+import select
 import shutil
 import signal
+import stat as stat_mod
 import subprocess
 import sys
 import threading
@@ -71,6 +74,37 @@ log = logging.getLogger("chaos.disk.fs")
 def ack_path(rules_path: str) -> str:
     """Where the filesystem confirms a rules change: ``<rules>.ack``."""
     return rules_path + ".ack"
+
+
+def wake_path(rules_path: str) -> str:
+    """A FIFO beside the rules file: a byte written to it makes the watcher re-read the rules at once
+    (instead of at its next poll)."""
+    return rules_path + ".wake"
+
+
+def _open_wake(path: str) -> int | None:
+    """The wake FIFO opened for reading (read-write, so it never reports end of file), or None when
+    there is none."""
+    try:
+        if not stat_mod.S_ISFIFO(os.stat(path).st_mode):
+            return None
+        return os.open(path, os.O_RDWR | os.O_NONBLOCK)
+    except OSError:
+        return None
+
+
+def poke(rules_path: str) -> None:
+    """Wake the watcher of the filesystem reading ``rules_path`` (no-op when none listens)."""
+    try:
+        fd = os.open(wake_path(rules_path), os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        os.write(fd, b"!")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _unescape(field: str) -> str:
@@ -388,7 +422,15 @@ class Controller:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
         parent = _process_start(self.parent_pid) if self.parent_pid else None
         next_parent = next_counts = time.monotonic()
-        while not self.stop.wait(RULES_POLL_S):
+        wake = _open_wake(wake_path(self.rules_path))
+        while not self.stop.is_set():
+            if wake is not None:
+                ready, _, _ = select.select([wake], [], [], RULES_POLL_S)
+                if ready:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake, 4096)
+            else:
+                time.sleep(RULES_POLL_S)
             try:
                 self.reload()
             except Exception:  # the watcher must survive anything

@@ -5,8 +5,9 @@ directory), with the data in ``backing`` (a directory next to it). Whatever the 
 moved into ``backing`` first; :meth:`DiskMount.unmount` moves it all back, so after a run the
 checkpoint directory looks as if no filesystem had been there.
 
-Rules are changed by rewriting the rules file atomically (temporary file + rename); the filesystem
-confirms each change in ``<rules>.ack`` within ~10 ms, and :meth:`DiskMount.set_rules` waits for that
+Rules are changed by rewriting the rules file atomically (temporary file + rename) and poking the
+filesystem through the FIFO ``<rules>.wake``; the filesystem confirms each change in ``<rules>.ack``
+(within a millisecond or so; at worst its 10 ms poll), and :meth:`DiskMount.set_rules` waits for that
 confirmation, so a rule is in force (and a removed stall released) when it returns.
 
 Mounts are recognised by their filesystem name ``chaos-disk`` in /proc/mounts
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chaos.disk.fs import FSNAME, ack_path, move_entries, our_mounts, restore_backing
+from chaos.disk.fs import FSNAME, ack_path, move_entries, our_mounts, poke, restore_backing, wake_path
 from chaos.disk.rules import Rule, dumps_rules
 from chaos.errors import CapabilityError, ChaosError
 
@@ -198,6 +199,9 @@ class DiskMount:
             self._write_rules()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(ack_path(str(self.rules_path)))
+            wake = wake_path(str(self.rules_path))
+            if not os.path.exists(wake):
+                os.mkfifo(wake, 0o600)
             cmd = [sys.executable, "-m", "chaos.disk.fs", "--source", str(self.backing), "--mountpoint", self._real_mp,
                    "--rules", str(self.rules_path), "--events", str(self.events_path),
                    "--parent-pid", str(self.parent_pid), "--seed", str(self.seed), "--restore-on-exit"]
@@ -231,7 +235,9 @@ class DiskMount:
 
         Clears the rules first (releasing every stalled operation), unmounts (``fusermount3 -u``,
         retried, then lazily with ``-z``), stops the filesystem process (SIGTERM, then SIGKILL), then
-        moves every entry of ``backing`` back into the mountpoint and removes ``backing`` if empty.
+        moves every entry of ``backing`` back into the mountpoint and removes ``backing`` if empty (the
+        filesystem process itself does that move on its way out; this finishes it if it could not),
+        and removes the wake FIFO.
         Returns what it did: ``unmounted``, ``lazy``, ``moved_back`` (entries), ``left_in_backing``,
         ``errors``."""
         out: dict[str, Any] = {"mountpoint": str(self.mountpoint)}
@@ -266,6 +272,8 @@ class DiskMount:
                     errors.append(f"moving data back: {exc}")
                 with contextlib.suppress(OSError):
                     state_path(mp).unlink()
+            with contextlib.suppress(OSError):  # a FIFO left in a run directory would block a copy of it
+                os.unlink(wake_path(str(self.rules_path)))
         if errors:
             out["errors"] = errors
         return out
@@ -288,6 +296,7 @@ class DiskMount:
         tmp = self.rules_path.with_name(f".{self.rules_path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(dumps_rules(self._rules, self._generation), encoding="utf-8")
         os.replace(tmp, self.rules_path)
+        poke(str(self.rules_path))
 
     def _wait_ack(self, generation: int, wait_s: float) -> dict[str, Any] | None:
         """The filesystem's confirmation of ``generation`` or a later one; None if none came in
@@ -304,7 +313,7 @@ class DiskMount:
                 pass
             if time.monotonic() >= deadline or self.pid is None:
                 return None
-            time.sleep(0.002)
+            time.sleep(0.0005)
 
     def set_rules(self, rules: list[Rule], wait_s: float = ACK_WAIT_S) -> dict[str, Any]:
         """Replace every rule with ``rules`` and wait (at most ``wait_s`` s) until the filesystem has

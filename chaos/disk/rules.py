@@ -53,7 +53,9 @@ class Rule:
     probability: float = 1.0
     """slow and error: share of matching operations hit, 0..1 (a stall hits every one)."""
     rank: int | None = None
-    """Only operations whose calling process has ``RANK=<rank>`` in its environment (default: all)."""
+    """Only operations whose calling process has ``RANK=<rank>`` in its environment (default: all).
+    Read from ``/proc/<pid>/environ``, i.e. the environment the process started with (as torchrun
+    sets it); a ``RANK`` set later inside the process is not seen."""
     until: float | None = None
     """Wall-clock end of the rule, unix time in s (default: until removed)."""
 

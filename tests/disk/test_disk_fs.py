@@ -249,14 +249,18 @@ def test_probability_half_fails_about_half(disk: DiskMount) -> None:
 # --- rank filter ----------------------------------------------------------------------------------
 
 WRITE_ONE = """
-    import errno, os, sys
-    try:
-        fd = os.open(sys.argv[1] if len(sys.argv) > 1 else {path!r}, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.write(fd, b"r")
-        os.close(fd)
-        print("ok")
-    except OSError as exc:
-        print(errno.errorcode[exc.errno])
+    import errno, os, threading
+    def write():  # from a thread other than the main one: FUSE names the caller by its thread id
+        try:
+            fd = os.open({path!r}, os.O_WRONLY | os.O_CREAT, 0o644)
+            os.write(fd, b"r")
+            os.close(fd)
+            print("ok")
+        except OSError as exc:
+            print(errno.errorcode[exc.errno])
+    t = threading.Thread(target=write)
+    t.start()
+    t.join()
 """
 
 
