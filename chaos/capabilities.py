@@ -57,6 +57,13 @@ def _iptables() -> str | None:
     return None if os.geteuid() == 0 else "iptables needs root (CAP_NET_ADMIN)"
 
 
+def _fuse() -> str | None:
+    from chaos.disk.mount import fuse_status
+
+    ok, why = fuse_status()
+    return None if ok else why
+
+
 CAPABILITIES: dict[str, Callable[[], str | None]] = {
     "torch": _torch,
     "sklearn": _sklearn,
@@ -65,6 +72,7 @@ CAPABILITIES: dict[str, Callable[[], str | None]] = {
     "docker": _docker,
     "netns": _netns,
     "iptables": _iptables,
+    "fuse": _fuse,
 }
 
 

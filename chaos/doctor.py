@@ -53,12 +53,6 @@ def _nfqueue_binding() -> str | None:
     return None
 
 
-def _fuse() -> str | None:
-    if not Path("/dev/fuse").exists():
-        return "/dev/fuse is missing (load the fuse module, or run the container with --device /dev/fuse)"
-    return None
-
-
 def _freezer() -> str | None:
     if Path("/sys/fs/cgroup/freezer").is_dir() or Path("/sys/fs/cgroup/cgroup.controllers").exists():
         return None
@@ -89,7 +83,8 @@ def findings() -> list[Finding]:
     out.append(_row("kernel", "iptables statistic + NFQUEUE", None if ipt_ok else ipt_why,
                     "iptables (" + (_iptables_flavour() or "?") + ") can drop at random and queue to userspace"))
     out.append(_row("kernel", "NFQUEUE binding", nfq, "NetfilterQueue imports (the userspace delayer)"))
-    out.append(_row("kernel", "FUSE", _fuse(), "/dev/fuse is there (disk faults)"))
+    out.append(_row("kernel", "FUSE", CAPABILITIES["fuse"](), "/dev/fuse, fusermount3 and the mfusepy binding work "
+                    "(disk faults)"))
     out.append(_row("kernel", "cgroup freezer", _freezer(), "docker pause can freeze a node"))
 
     out.append(_row("backend", "local", CAPABILITIES["torch"](), "torchrun agents on this host (no network faults)"))
@@ -109,6 +104,9 @@ def findings() -> list[Finding]:
     out.append(_row("fault", "partition", no_net or (None if ipt_ok else ipt_why), "iptables DROP in our own chains"))
     out.append(_row("fault", "pause", None, "SIGSTOP/SIGCONT (docker: cgroup freezer)"))
     out.append(_row("fault", "kill, node-crash, node-restart", None, "signals; docker kill/start"))
+    out.append(_row("fault", "disk (stall, slow, error)", CAPABILITIES["fuse"](),
+                    "a FUSE pass-through filesystem over the checkpoint directory"))
+    out.append(_row("fault", "checkpoint (corrupt, truncate, delete-metadata)", None, "files edited on disk"))
     out.append(_row("fault", "gradient, parameter (SDC)", None, "in the probe, inside the target"))
     return out
 

@@ -301,6 +301,32 @@ class _Run:
             self._notify([self.log.record("worker_exit", rank=w.rank, node=w.node, pid=w.pid, restart=w.restart,
                                           exit_code=code)])
 
+    def _mount_disk(self) -> None:
+        """Mount the disk fault's FUSE filesystem over the checkpoint directory, if the schedule has
+        a disk fault (before any node starts, so containers see it through their bind mount)."""
+        if not any(f.fault == "disk" for f in self.scenario.schedule):
+            return
+        from chaos.disk.mount import DiskMount
+
+        ckpt = self.run_dir / "checkpoints"
+        mount = DiskMount(ckpt, self.run_dir / ".checkpoints-disk", self.run_dir / "control" / "disk-rules.json",
+                          self.run_dir / "events" / "disk.jsonl", os.getpid())
+        self.env.disk = mount  # set first: teardown unmounts even a half-made mount
+        self._notify([self.log.record("disk_mount", mountpoint=str(ckpt), backing=str(mount.backing))])
+        mount.mount()
+        if self.watcher is not None:
+            self.watcher.backing = mount.backing
+
+    def _unmount_disk(self) -> None:
+        mount = self.env.disk
+        if mount is None:
+            return
+        if self.watcher is not None:
+            self.watcher.backing = None
+        done = mount.unmount()
+        self.env.disk = None
+        self._notify([self.log.record("disk_unmount", **(done or {}))])
+
     def _hung(self) -> list[dict[str, Any]]:
         """Live workers silent for longer than the ``no_hang`` bound (a paused one excepted while paused)."""
         if self.hang_bound_s is None:
@@ -331,6 +357,7 @@ class _Run:
             self._notify([start])
             if self.watcher is not None:
                 import torch  # noqa: F401  (the watcher loads checkpoints; import now, not mid-run)
+            self._mount_disk()
             env = {**s.target.env, "CHAOS_RUN_DIR": str(self.run_dir), "CHAOS_RUN_ID": self.run_id,
                    "CHAOS_RUNNER_PID": str(os.getpid()),
                    "CHAOS_GATES": json.dumps(self.nemesis.gates()), "CHAOS_SDC": json.dumps(self.nemesis.sdc_faults())}
@@ -364,6 +391,7 @@ class _Run:
                 self._pump()
                 if self.watcher is not None:
                     self._notify(self.watcher.finish())
+                self._unmount_disk()
                 self._record_worker_exits(final=True)
                 self.nemesis.finish(self.max_step)
                 self.log.record("run_end", status=status)

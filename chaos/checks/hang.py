@@ -87,6 +87,14 @@ def silences(history: History) -> list[Silence]:
     return sorted(out, key=lambda s: -s.seconds)
 
 
+def _during(history: History, s: Silence) -> str:
+    """`` during <fault>`` for the faults in force while ``s`` lasted (what the rank waited on)."""
+    heals = {e.get("fault_id"): e["t"] for e in history.of("fault_heal")}
+    active = [f.get("description") for f in history.faults()
+              if f["t"] <= s.end and heals.get(f.get("fault_id"), float("inf")) >= s.start and f.get("fault") != "kill"]
+    return f", during {'; '.join(str(a) for a in active)}" if active else ""
+
+
 def _reactions(history: History) -> list[str]:
     """For each cutting fault: which other ranks gave up (exited with an error) and how soon."""
     out = []
@@ -121,8 +129,11 @@ def no_hang(history: History, ctx: CheckContext) -> Verdict:
     stopped: Event | None = hung or (deadline if deadline and deadline.get("stuck_ranks") else None)
     if stopped is not None:
         if hung is not None:
-            stuck = "; ".join(f"rank {s['rank']} (node {s['node']}, pid {s['pid']}) silent {s['silent_s']:.1f} s "
-                              f"after step {s.get('last_step')}" for s in hung.get("stuck", []))
+            stuck = "; ".join(
+                f"rank {s['rank']} (node {s['node']}, pid {s['pid']}) silent {s['silent_s']:.1f} s after step "
+                f"{s.get('last_step')}"
+                + _during(history, Silence(s["rank"], s["pid"], hung["t"] - s["silent_s"], hung["t"], None, "hang"))
+                for s in hung.get("stuck", []))
             text = f"the job hung: {stuck} — past {what}; the run was stopped"
         else:
             text = f"the job was still blocked at the {stopped['deadline_s']:g} s deadline; stuck ranks " \
@@ -134,7 +145,8 @@ def no_hang(history: History, ctx: CheckContext) -> Verdict:
     if over:
         t0 = history.run_start() or 0.0
         text = "; ".join(f"rank {s.rank} (pid {s.pid}) was silent {s.seconds:.1f} s after step {s.step} "
-                         f"(t={s.start - t0:.1f}..{s.end - t0:.1f} s, ended by {s.ended_by})" for s in over[:3])
+                         f"(t={s.start - t0:.1f}..{s.end - t0:.1f} s, ended by {s.ended_by}){_during(history, s)}"
+                         for s in over[:3])
         return Verdict(name, "failed", f"{text} — longer than {what}; with a real outage it would never have "
                        "ended", value=round(over[0].seconds, 2), unit="s")
     longest = found[0] if found else None

@@ -9,7 +9,7 @@ from chaos.history import Event, History
 
 KILLING_FAULTS = ("kill", "node-crash")
 # faults that may or may not end in a restart (a peer's collective timeout): judged only if one followed
-DISRUPTING_FAULTS = ("pause", "partition", "delay", "loss", "bandwidth")
+DISRUPTING_FAULTS = ("pause", "partition", "delay", "loss", "bandwidth", "disk")
 RESTORE_KINDS = ("checkpoint_load_begin", "checkpoint_loaded", "checkpoint_load_failed", "step")
 
 
@@ -53,8 +53,15 @@ class Restore:
 
 def restores(history: History) -> list[Restore]:
     """One :class:`Restore` per killing fault, in time order."""
+    killing = [e for e in history.faults() if e.get("fault") in KILLING_FAULTS]
+
+    def restarted_by(e: Event) -> bool:
+        """A disrupting fault counts if workers started after it, before the next killing fault."""
+        nxt = next((k["t"] for k in killing if k["t"] > e["t"]), None)
+        return bool(history.processes_started_after(e["t"], nxt))
+
     kills = [e for e in history.faults() if e.get("fault") in KILLING_FAULTS or (
-        e.get("fault") in DISRUPTING_FAULTS and history.processes_started_after(e["t"]))]
+        e.get("fault") in DISRUPTING_FAULTS and restarted_by(e))]
     out: list[Restore] = []
     for i, fault in enumerate(kills):
         tk = fault["t"]

@@ -1,4 +1,4 @@
-"""Step time before, during and after each lasting fault (delay, loss, bandwidth, pause, partition),
+"""Step time before, during and after each lasting fault (delay, loss, bandwidth, pause, partition, disk),
 and the ``step_time`` check that bounds the slowdown a fault may cause.
 
 A step's time is the gap between consecutive ``step`` events of one worker process (its first step
@@ -15,6 +15,7 @@ from chaos.checks.base import CheckContext, Verdict, check
 from chaos.history import History
 
 DEFAULT_MAX_SLOWDOWN = 50.0
+LASTING_FAULTS = ("delay", "loss", "bandwidth", "pause", "partition", "disk")
 
 
 @dataclass
@@ -48,7 +49,7 @@ def phases(history: History) -> list[Phase]:
     heals = {e.get("fault_id"): e["t"] for e in history.of("fault_heal")}
     end_t = history.events[-1]["t"] if history.events else 0.0
     spans = [(float(f["t"]), float(heals.get(f.get("fault_id")) or end_t), str(f.get("description")))
-             for f in history.faults() if f.get("fault") in ("delay", "loss", "bandwidth", "pause", "partition")]
+             for f in history.faults() if f.get("fault") in LASTING_FAULTS]
     gaps = _step_gaps(history)
     if not spans:
         return []
@@ -82,7 +83,7 @@ def describe(ps: list[Phase]) -> str:
     return "; ".join(parts)
 
 
-@check("the job's mean step time during a lasting fault (delay, loss, bandwidth, pause, partition) stays "
+@check("the job's mean step time during a lasting fault (delay, loss, bandwidth, pause, partition, disk) stays "
        "within max_slowdown × its time before the fault", params={"max_slowdown": float})
 def step_time(history: History, ctx: CheckContext) -> Verdict:
     name = "step_time"
@@ -93,6 +94,10 @@ def step_time(history: History, ctx: CheckContext) -> Verdict:
     if base is None:
         return Verdict(name, "unknown", f"no steps before the first fault to compare with; {describe(ps)}")
     bound = float(ctx.params.get("max_slowdown", DEFAULT_MAX_SLOWDOWN))
+    stopped = [p for p in ps if p.label == "during" and p.mean_ms is None]
+    if stopped:
+        return Verdict(name, "failed", f"no step completed during {stopped[0].fault}: the job stopped rather than "
+                       f"slowed; {describe(ps)}")
     during = [p for p in ps if p.label == "during" and p.mean_ms is not None]
     worst = max(during, key=lambda p: p.mean_ms or 0.0, default=None)
     ratio = (worst.mean_ms or 0.0) / base if worst else 1.0

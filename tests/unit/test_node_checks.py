@@ -156,3 +156,9 @@ def test_step_time_reports_the_slowdown_during_the_fault() -> None:
 def test_step_time_fails_past_max_slowdown() -> None:
     v = judge("step_time", delayed_run(0.5), params={"max_slowdown": 3})
     assert v.status == "failed" and "worst slowdown 5.1×, more than max_slowdown=3" in v.explanation
+
+
+def test_step_time_fails_when_no_step_completed_during_the_fault() -> None:
+    ev = [e for e in delayed_run(0.5) if not (e["kind"] == "step" and 20 <= e["step"] <= 29)]
+    v = judge("step_time", ev)
+    assert v.status == "failed" and "no step completed during delay node 1 by 50 ms" in v.explanation
