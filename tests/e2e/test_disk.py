@@ -106,3 +106,15 @@ def test_interrupting_a_stalled_run_unmounts(tmp_path: Path, signum: int) -> Non
     assert leftover_processes(run_dir, run_dir.name) == []
     kinds = [json.loads(line)["kind"] for line in (run_dir / "runner.jsonl").read_text().splitlines()]
     assert "interrupted" in kinds and "disk_unmount" in kinds
+
+
+@pytest.mark.chaos(requires=["torch", "sklearn", "fuse", "docker", "netns"])
+@pytest.mark.parametrize("kind", ["netns", "docker"])
+def test_enospc_on_the_netns_and_docker_backends(chaos_run, kind: str) -> None:
+    """The mount is made on the host before the nodes start; namespaces share the host's path, and
+    containers see it through their bind mount of the run directory."""
+    backend = {"kind": kind, "nodes": 2, "nproc_per_node": 1}
+    result = chaos_run(SCENARIOS / "enospc-during-save.yaml", overrides={"backend": backend})
+    result.assert_ok()
+    assert any(e["kind"] == "checkpoint_save_failed" for e in result.events)
+    assert_nothing_left(result)
