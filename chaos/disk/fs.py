@@ -497,6 +497,7 @@ def _make_operations(source: str, ctl: Controller) -> Any:
 
     lib = mfusepy._libfuse
     is_root = os.geteuid() == 0
+    my_uid, my_gid = os.geteuid(), os.getegid()
 
     def caller_pid() -> int:
         return int(mfusepy.fuse_get_context()[2])
@@ -515,9 +516,11 @@ def _make_operations(source: str, ctl: Controller) -> Any:
                 ctl.act(op, paths, caller_pid)
 
         def _own(self, full: str) -> None:
+            # a file or directory created by another user belongs to that user, as on a real filesystem
             if is_root:
                 uid, gid, _ = mfusepy.fuse_get_context()
-                os.lchown(full, uid, gid)
+                if uid != my_uid or gid != my_gid:
+                    os.lchown(full, uid, gid)
 
         def init(self, path: str) -> None:
             # libfuse's session, to see from a stalled operation that the loop is ending (SIGTERM)
@@ -547,7 +550,8 @@ def _make_operations(source: str, ctl: Controller) -> Any:
                     "st_rdev": st.st_rdev}
 
         def readdir(self, path: str, fh: int) -> list[tuple[str, dict[str, int], int]]:
-            # names with their inode and type: an entry without an inode number is skipped by readdir(3)
+            # names with their inode and file type (from the directory entry: no stat per entry); an
+            # entry without an inode number would be skipped by readdir(3)
             self._act("readdir", path)
             full = self._p(path)
             try:
@@ -556,7 +560,9 @@ def _make_operations(source: str, ctl: Controller) -> Any:
                        ("..", {"st_mode": up.st_mode, "st_ino": up.st_ino}, 0)]
                 with os.scandir(full) as it:
                     for e in it:
-                        out.append((e.name, {"st_mode": e.stat(follow_symlinks=False).st_mode, "st_ino": e.inode()}, 0))
+                        kind = stat_mod.S_IFLNK if e.is_symlink() else stat_mod.S_IFDIR if e.is_dir(follow_symlinks=False) \
+                            else stat_mod.S_IFREG if e.is_file(follow_symlinks=False) else e.stat(follow_symlinks=False).st_mode
+                        out.append((e.name, {"st_mode": kind, "st_ino": e.inode()}, 0))
                 return out
             except OSError as exc:
                 raise fail(exc) from None

@@ -238,7 +238,8 @@ class DiskMount:
         moves every entry of ``backing`` back into the mountpoint and removes ``backing`` if empty (the
         filesystem process itself does that move on its way out; this finishes it if it could not),
         and removes the wake FIFO.
-        Returns what it did: ``unmounted``, ``lazy``, ``moved_back`` (entries), ``left_in_backing``,
+        Returns what it did: ``unmounted``, ``lazy``, ``moved_back`` (entries this call moved; the
+        filesystem process usually moved them already), ``entries_in_mountpoint``, ``left_in_backing``,
         ``errors``."""
         out: dict[str, Any] = {"mountpoint": str(self.mountpoint)}
         errors: list[str] = []
@@ -268,6 +269,7 @@ class DiskMount:
             else:
                 try:
                     out.update(restore_backing(Path(mp), self.backing))
+                    out["entries_in_mountpoint"] = len(os.listdir(mp))
                 except Exception as exc:
                     errors.append(f"moving data back: {exc}")
                 with contextlib.suppress(OSError):

@@ -6,7 +6,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
+import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -369,3 +372,34 @@ def test_sigkill_of_the_filesystem_leaves_no_mount(disk: DiskMount) -> None:
     report = disk.unmount()
     assert not report.get("errors"), report
     assert (disk.mountpoint / "k.bin").read_bytes() == b"kept"
+
+
+def test_other_users_get_their_own_files_and_the_kernel_checks_permissions(disk_root: Path) -> None:
+    """allow_other lets another uid in; a file it creates is its own; default_permissions makes the
+    kernel refuse what the mode bits refuse. (In a directory others can traverse, unlike pytest's.)"""
+    root = Path(tempfile.mkdtemp(prefix="chaos-disk-users-", dir="/tmp"))
+    root.chmod(0o755)
+    m = make_mount(root)
+    try:
+        m.mount()
+        m.mountpoint.chmod(0o755)
+        shared = m.mountpoint / "shared"
+        shared.mkdir()
+        shared.chmod(0o777)
+        (m.mountpoint / "root-only.bin").write_bytes(b"r")
+        (m.mountpoint / "root-only.bin").chmod(0o644)
+        script = (f"echo m > {shared}/mine.bin && ln -s mine.bin {shared}/link && cat {shared}/link && "
+                  f"(echo x >> {m.mountpoint}/root-only.bin 2>/dev/null && echo wrote || echo refused)")
+        out = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=30, user=4321, group=4321,
+                             extra_groups=[], cwd="/")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["m", "refused"]
+        st = (m.backing / "shared" / "mine.bin").stat()
+        assert (st.st_uid, st.st_gid) == (4321, 4321)
+        assert os.lstat(m.backing / "shared" / "link").st_uid == 4321
+        assert (m.mountpoint / "root-only.bin").read_bytes() == b"r"
+    finally:
+        m.unmount()
+        assert leftover_mounts(root) == []
+        assert sorted(os.listdir(root / "checkpoints")) == ["root-only.bin", "shared"]
+        shutil.rmtree(root)
