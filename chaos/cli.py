@@ -75,9 +75,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from chaos.loader import load_scenario
     from chaos.progress import LiveProgress
     from chaos.report import print_result
-    from chaos.runner import run_scenario
+    from chaos.runner import preflight, run_scenario
 
     scenario = load_scenario(args.scenario)
+    preflight(scenario)  # a missing capability is exit 2 before anything is printed or started
     if args.json:
         result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference, deadline_s=args.deadline_s)
         print(json.dumps(result.to_json(), indent=1, default=str))
@@ -129,8 +130,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     style = {"ok": "[green]ok[/]", "fallback": "[yellow]fallback[/]", "missing": "[red]missing[/]"}
     table = Table(title="chaos doctor", expand=True)
-    for col in ("", "what", "status"):
-        table.add_column(col, no_wrap=True)
+    table.add_column("area", no_wrap=True)
+    table.add_column("what", max_width=24, overflow="fold")
+    table.add_column("status", no_wrap=True)
     table.add_column("detail / fix", ratio=1)
     group = None
     for r in rows:

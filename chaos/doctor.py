@@ -78,7 +78,8 @@ def findings() -> list[Finding]:
     docker = CAPABILITIES["docker"]()
     netns = CAPABILITIES["netns"]()
 
-    out.append(_row("kernel", "netem (sch_netem)", None if netem_ok else netem_why, "tc qdisc netem works"))
+    fallback = " — delay falls back to the NFQUEUE delayer, loss to iptables (mechanism: auto)"
+    out.append(_row("kernel", "netem (sch_netem)", None if netem_ok else netem_why + fallback, "tc qdisc netem works"))
     out.append(_row("kernel", "tbf (sch_tbf)", tbf, "tc qdisc tbf works"))
     out.append(_row("kernel", "iptables statistic + NFQUEUE", None if ipt_ok else ipt_why,
                     "iptables (" + (_iptables_flavour() or "?") + ") can drop at random and queue to userspace"))

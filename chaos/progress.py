@@ -22,6 +22,7 @@ class LiveProgress:
         self.steps = steps
         self.world_size = world_size
         self.world = world_size  # the current world size (changes when an elastic job regroups)
+        self.starts: dict[int, int] = {}  # rank → worker processes seen
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
             TimeElapsedColumn(), console=console, transient=False,
@@ -66,13 +67,17 @@ class LiveProgress:
                 self._task(rank)
         elif kind == "agent_start":
             self._say(e["t"], f"torchrun agent of node {e['node']} started (pid {e['pid']})")
-        elif kind == "start" and e.get("world_size") and e["world_size"] != self.world and e.get("rank") == 0:
-            self._say(e["t"], f"[bold]world size {self.world} → {e['world_size']}[/] (the job regrouped)")
-            self.world = e["world_size"]
-        elif kind == "start" and e.get("restart", 0) > 0:
-            self.progress.update(self._task(e["rank"]), description=f"rank {e['rank']} [yellow](restart {e['restart']})[/]")
-            if e["rank"] == 0:
-                self._say(e["t"], f"workers restarted (restart {e['restart']})")
+        elif kind == "start":
+            if e.get("world_size") and e["world_size"] != self.world and e.get("rank") == 0:
+                self._say(e["t"], f"[bold]world size {self.world} → {e['world_size']}[/] (the job regrouped)")
+                self.world = e["world_size"]
+            seen = self.starts.get(e["rank"], 0)
+            self.starts[e["rank"]] = seen + 1
+            if seen:  # a new process for a rank seen before (torchrun restart, or a node that came back)
+                self.progress.update(self._task(e["rank"]),
+                                     description=f"rank {e['rank']} [yellow](start {seen + 1})[/]")
+                if e["rank"] == 0:
+                    self._say(e["t"], f"workers restarted (restart {e.get('restart', 0)} of their agent)")
         elif kind == "step":
             self.progress.update(self._task(e["rank"]), completed=e["step"])
         elif kind == "checkpoint_loaded" and e.get("rank") == 0:
@@ -87,8 +92,15 @@ class LiveProgress:
         elif kind == "fault_not_fired":
             self._say(e["t"], f"[yellow]fault did not fire[/]: {e['description']}: {e.get('reason')}")
         elif kind == "hang_detected":
-            stuck = ", ".join(f"rank {x['rank']} ({x['silent_s']:.0f} s)" for x in e.get("stuck", []))
-            self._say(e["t"], f"[bold red]hang[/]: {stuck} silent past {e['bound_s']:g} s; stopping the job")
+            stuck = ", ".join(f"rank {x['rank']} silent {x['silent_s']:.0f} s" for x in e.get("stuck", []))
+            self._say(e["t"], f"[bold red]hang[/]: {stuck} (bound {e['bound_s']:g} s); stopping the job")
+        elif kind in ("disk_stall_begin", "disk_error") and e.get("source") == "disk":
+            what = "stalled" if kind == "disk_stall_begin" else f"failed ({e.get('errno')})"
+            self._say(e["t"], f"[red]disk[/]: {e.get('op')} {e.get('path', '')} {what}")
+        elif kind in ("checkpoint_save_failed", "checkpoint_skipped", "checkpoint_rejected") and e.get("rank") == 0:
+            detail = e.get("error") or e.get("reason") or ""
+            self._say(e["t"], f"[yellow]{kind.replace('_', ' ')}[/] {os.path.basename(str(e.get('path', '')))} "
+                      f"step {e.get('step', '')}: {str(detail)[:90]}")
         elif kind == "deadline_exceeded":
             self._say(e["t"], f"[bold red]deadline of {e['deadline_s']:g} s exceeded[/]; stopping the job")
         elif kind == "interrupted":

@@ -410,8 +410,8 @@ class CheckpointFault(_Model):
 
     fault: Literal["checkpoint"]
     mode: Literal["corrupt", "truncate", "delete-metadata"]
-    offsets: list[int] = Field(default_factory=list, description="corrupt: byte offsets to flip (default: the "
-                               "middle of the largest file); negative counts from the end.")
+    offsets: list[int] = Field(default_factory=list, description="corrupt: byte offsets to flip (default: seven, "
+                               "at 1/8 … 7/8 of the largest file); negative counts from the end.")
     keep_bytes: int | None = Field(default=None, ge=0, description="truncate: bytes kept (default: half).")
     trigger: Trigger
 

@@ -28,7 +28,9 @@ def checkpoint_durable(history: History, ctx: CheckContext) -> Verdict:
     verified = history.of("checkpoint_verified")
     if not verified:
         return Verdict(name, "unknown", "no checkpoint was reported saved (or the runner did not watch them)")
-    bad = [e for e in verified if not e.get("ok")]
+    bad_all = [e for e in verified if not e.get("ok")]
+    bad = [e for i, e in enumerate(bad_all)  # one line per (checkpoint, moment, finding), however many ranks
+           if (e["path"], e["when"], e.get("reason")) not in {(b["path"], b["when"], b.get("reason")) for b in bad_all[:i]}]
     saved = {e["path"] for e in verified if e.get("when") == "saved"}
     if bad:
         text = "; ".join(f"{_name(e['path'])} (step {e.get('step')}) at {e['when']}: {e.get('reason')}"
@@ -37,8 +39,12 @@ def checkpoint_durable(history: History, ctx: CheckContext) -> Verdict:
         return Verdict(name, "failed", f"{len(bad)} verification(s) failed: {text}{more}", events=bad[:4])
     loads = sum(e.get("when") == "load" for e in verified)
     end = sum(e.get("when") == "end" for e in verified)
+    skipped, failed = history.probe("checkpoint_skipped"), history.probe("checkpoint_save_failed")
+    notes = ([f"{len(skipped)} save(s) skipped while the previous one was still being written"] if skipped else []) + \
+        ([f"{len(failed)} save(s) failed and were not reported saved ({failed[0].get('error')})"] if failed else [])
     return Verdict(name, "ok", f"{len(saved)} checkpoint(s) complete, digest-equal and loadable after their save; "
-                   f"{loads} re-verified when loaded, {end} at the end of the run", value=len(saved))
+                   f"{loads} re-verified when loaded, {end} at the end of the run"
+                   + (f"; {'; '.join(notes)}" if notes else ""), value=len(saved))
 
 
 @check("the `latest` pointer never named an incomplete checkpoint")

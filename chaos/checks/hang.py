@@ -138,7 +138,7 @@ def no_hang(history: History, ctx: CheckContext) -> Verdict:
         else:
             text = f"the job was still blocked at the {stopped['deadline_s']:g} s deadline; stuck ranks " \
                    f"{stopped.get('stuck_ranks')}"
-        reactions = _reactions(history)
+        reactions = [r for r in _reactions(history) if "gave up" in r]
         return Verdict(name, "failed", text + (f"; {'; '.join(reactions)}" if reactions else ""), events=[stopped])
     found = silences(history)
     over = [s for s in found if s.seconds > bound]

@@ -109,6 +109,11 @@ def regrouped(history: History, ctx: CheckContext) -> Verdict:
     returned = [r for r in _returned(history) if r[0]["t"] > fault["t"]]
     until = returned[0][0]["t"] if returned else None
     shrunk = [s for s in _generation(history, fault["t"], world, smaller=True) if until is None or s["t"] < until]
+    interrupted = history.first("interrupted")
+    if not shrunk and interrupted is not None and interrupted["t"] > fault["t"]:
+        after = interrupted["t"] - fault["t"]
+        return Verdict(name, "unknown", f"the run was interrupted ({interrupted.get('signal')}) {after:.1f} s after "
+                       f"{fault.get('description')}, before the survivors regrouped", events=[interrupted])
     if not shrunk:
         return Verdict(name, "failed", f"after {fault.get('description')} no worker started at a world size below "
                        f"{world}: {_why_not(history, node, ctx.rdzv_node, fault['t'])}", events=[fault])

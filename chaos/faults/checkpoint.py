@@ -1,10 +1,10 @@
 """The ``checkpoint`` fault: damage the newest checkpoint on disk between its save and the next load.
 
-``corrupt`` flips every bit of the bytes at the given offsets (default: the middle byte of the
-largest file) — what a bad disk, a torn page or a buggy copy leaves; ``truncate`` cuts the largest
-file to ``keep_bytes`` (default half); ``delete-metadata`` removes the commit marker
-(``.metadata``) of a directory checkpoint, as a kill between the shard files and the marker does
-(awslabs/awsome-distributed-ai#190, pytorch/torchtitan#315).
+``corrupt`` flips every bit of the bytes at the given offsets (default: seven bytes at 1/8 … 7/8 of
+the largest file, so that one lands in the tensors' data) — what a bad disk, a torn page or a buggy
+copy leaves; ``truncate`` cuts the largest file to ``keep_bytes`` (default half);
+``delete-metadata`` removes the commit marker (``.metadata``) of a directory checkpoint, as a kill
+between the shard files and the marker does (awslabs/awsome-distributed-ai#190, pytorch/torchtitan#315).
 
 Checkpoints are found by the bundled target's layouts: directories ``step-<N>/`` (files plus
 ``.metadata``) and files ``ckpt-<N>.pt``; the newest is the highest step. When the checkpoint
@@ -94,7 +94,8 @@ class CheckpointDamage:
             keep = size // 2 if self.spec.keep_bytes is None else min(self.spec.keep_bytes, size)
             os.truncate(target, keep)
             return {**done, "file": target.name, "bytes_before": size, "bytes_after": keep}
-        offsets = [o if o >= 0 else size + o for o in (self.spec.offsets or [size // 2])]
+        default = [size * k // 8 for k in range(1, 8)]  # seven bytes spread over the file: one lands in the data
+        offsets = [o if o >= 0 else size + o for o in (self.spec.offsets or default)]
         bad = [o for o in offsets if not 0 <= o < size]
         if bad:
             raise ChaosError(f"checkpoint: offsets {bad} are outside {target.name} ({size} bytes)")
