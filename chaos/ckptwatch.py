@@ -48,7 +48,15 @@ def _loadable(path: Path) -> str | None:
 
 def verify(path: Path, digest: str | None) -> str | None:
     """None if the checkpoint at ``path`` (a file, or a directory with ``.metadata``) is complete,
-    matches ``digest`` (SHA-256 of its data file, as the job reported it) and loads; else why not."""
+    matches ``digest`` (SHA-256 of its data file, as the job reported it) and loads; else why not.
+    Never raises: a file that vanishes or cannot be read is the finding."""
+    try:
+        return _verify(path, digest)
+    except OSError as exc:
+        return f"it cannot be read: {exc}"
+
+
+def _verify(path: Path, digest: str | None) -> str | None:
     if not path.exists():
         return "it is gone"
     if path.is_file():

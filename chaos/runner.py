@@ -386,12 +386,14 @@ class _Run:
         finally:
             _ignore_signals()
             try:
-                self.nemesis.heal_all()
-                self.backend.teardown()
-                self._pump()
-                if self.watcher is not None:
-                    self._notify(self.watcher.finish())
-                self._unmount_disk()
+                try:
+                    self.nemesis.heal_all()
+                    self.backend.teardown()
+                    self._pump()
+                    if self.watcher is not None:
+                        self._notify(self.watcher.finish())
+                finally:
+                    self._unmount_disk()  # whatever failed above, the mount goes
                 self._record_worker_exits(final=True)
                 self.nemesis.finish(self.max_step)
                 self.log.record("run_end", status=status)
