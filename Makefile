@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 
 .PHONY: demo test test-fast lint typecheck bench clean system
 
-# Debian packages (Docker engine, iptables, NFQUEUE library) and a running dockerd, if root
+# Debian packages (Docker engine, iptables, NFQUEUE library, FUSE) and a running dockerd, if root
 system:
 	./scripts/setup-system.sh
 
