@@ -15,7 +15,6 @@ import hashlib
 import ipaddress
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,8 @@ from chaos.backends.agents import HostAgents
 from chaos.backends.base import NodeNet
 from chaos.errors import CapabilityError, ChaosError
 from chaos.history import RunnerLog
+from chaos.net.iptables import install_chain, remove_chain
+from chaos.net.netns import Netns
 from chaos.scenario import NetnsBackendSpec
 
 NETNS_DIR = Path("/run/netns")
@@ -148,9 +149,8 @@ class NetnsBackend(HostAgents):
             filtered = False
         if not filtered or shutil.which("iptables") is None:
             return
-        _ipt("-N", self.fwd_chain)
-        _ipt("-A", self.fwd_chain, "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT")
-        _ipt("-I", "FORWARD", "1", "-j", self.fwd_chain)
+        rules = [["-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"]]
+        install_chain(_host_netns(), self.fwd_chain, rules, hooks=("FORWARD",))
         self.log.record("netns_forward_rule", chain=self.fwd_chain, bridge=self.bridge)
 
     def destroy(self) -> None:
@@ -178,19 +178,17 @@ class NetnsBackend(HostAgents):
                         removed.setdefault("links", []).append(ifname)
                     except Exception as exc:
                         self.log.record("netns_teardown_failed", what=ifname, error=str(exc))
-        if shutil.which("iptables") and _ipt("-S", self.fwd_chain, check=False).returncode == 0:
-            while _ipt("-D", "FORWARD", "-j", self.fwd_chain, check=False).returncode == 0:
-                pass
-            _ipt("-F", self.fwd_chain, check=False)
-            _ipt("-X", self.fwd_chain, check=False)
-            removed["chain"] = self.fwd_chain
+        if shutil.which("iptables"):
+            try:
+                if remove_chain(_host_netns(), self.fwd_chain, hooks=("FORWARD",)):
+                    removed["chain"] = self.fwd_chain
+            except ChaosError as exc:
+                self.log.record("netns_teardown_failed", what=self.fwd_chain, error=str(exc))
         self._made.clear()
         if removed["namespaces"] or removed.get("links") or removed.get("chain"):
             self.log.record("netns_teardown", **removed)
 
 
-def _ipt(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(["iptables", "-w", "5", *args], capture_output=True, text=True, timeout=15)
-    if check and proc.returncode != 0:
-        raise ChaosError(f"iptables {' '.join(args)} failed: {proc.stderr.strip()}")
-    return proc
+def _host_netns() -> Netns:
+    """The runner's own network namespace (where the bridge and its FORWARD rule live)."""
+    return Netns(f"/proc/{os.getpid()}/ns/net")
