@@ -162,6 +162,13 @@ class History:
         """``fault_inject`` events, in time order."""
         return self.of("fault_inject")
 
+    def fault_spans(self, *kinds: str) -> list[tuple[Event, float]]:
+        """(``fault_inject`` event, time it was healed — or the history's last event if never) for
+        each fault (of the given ``fault`` kinds, if any), in time order."""
+        heals = {e.get("fault_id"): float(e["t"]) for e in self.of("fault_heal")}
+        end_t = float(self.events[-1]["t"]) if self.events else 0.0
+        return [(f, heals.get(f.get("fault_id")) or end_t) for f in self.faults() if not kinds or f.get("fault") in kinds]
+
     def processes_started_after(self, t: float, until: float | None = None) -> dict[int, list[Event]]:
         """Worker processes whose ``start`` is in (t, until]: rank → that rank's start events, oldest first."""
         out: dict[int, list[Event]] = {}

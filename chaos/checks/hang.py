@@ -44,13 +44,10 @@ class Silence:
 
 def _pause_spans(history: History) -> dict[int, list[tuple[float, float]]]:
     """rank → [(from, to)] while a pause fault held it."""
-    end_t = history.events[-1]["t"] if history.events else 0.0
-    heals = {e.get("fault_id"): e["t"] for e in history.of("fault_heal")}
     spans: dict[int, list[tuple[float, float]]] = {}
-    for e in history.faults():
-        if e.get("fault") == "pause":
-            for rank in e.get("ranks", []):
-                spans.setdefault(rank, []).append((float(e["t"]), float(heals.get(e.get("fault_id")) or end_t)))
+    for e, healed in history.fault_spans("pause"):
+        for rank in e.get("ranks", []):
+            spans.setdefault(rank, []).append((float(e["t"]), healed))
     return spans
 
 
@@ -89,9 +86,8 @@ def silences(history: History) -> list[Silence]:
 
 def _during(history: History, s: Silence) -> str:
     """`` during <fault>`` for the faults in force while ``s`` lasted (what the rank waited on)."""
-    heals = {e.get("fault_id"): e["t"] for e in history.of("fault_heal")}
-    active = [f.get("description") for f in history.faults()
-              if f["t"] <= s.end and heals.get(f.get("fault_id"), float("inf")) >= s.start and f.get("fault") != "kill"]
+    active = [f.get("description") for f, healed in history.fault_spans()
+              if f["t"] <= s.end and healed >= s.start and f.get("fault") != "kill"]
     return f", during {'; '.join(str(a) for a in active)}" if active else ""
 
 

@@ -46,10 +46,8 @@ def _step_gaps(history: History) -> list[tuple[float, float]]:
 
 def phases(history: History) -> list[Phase]:
     """Before the first lasting fault, during each one, and after the last heal."""
-    heals = {e.get("fault_id"): e["t"] for e in history.of("fault_heal")}
     end_t = history.events[-1]["t"] if history.events else 0.0
-    spans = [(float(f["t"]), float(heals.get(f.get("fault_id")) or end_t), str(f.get("description")))
-             for f in history.faults() if f.get("fault") in LASTING_FAULTS]
+    spans = [(float(f["t"]), healed, str(f.get("description"))) for f, healed in history.fault_spans(*LASTING_FAULTS)]
     gaps = _step_gaps(history)
     if not spans:
         return []
