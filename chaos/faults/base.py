@@ -53,3 +53,27 @@ class Fault(Protocol):
         """Undo the fault. Idempotent; ``None`` when there was nothing to undo."""
 
     def describe(self) -> str: ...
+
+
+class SpecFault:
+    """What the faults built from a spec share: ``id``, ``describe`` (the spec's), and nothing of
+    their own to check, to wait for or to heal (an instant fault). Subclasses override what they have."""
+
+    instant = True
+
+    def __init__(self, spec: Any, fault_id: str) -> None:
+        self.spec = spec
+        self.id = fault_id
+
+    def describe(self) -> str:
+        return str(self.spec.describe())
+
+    def preflight(self, env: FaultEnv) -> None:
+        return None
+
+    def ranks(self, env: FaultEnv) -> set[int] | None:
+        return None
+
+    def heal(self, env: FaultEnv) -> dict[str, Any] | None:
+        return None
+

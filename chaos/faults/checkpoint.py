@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.errors import ChaosError
-from chaos.faults.base import FaultEnv
+from chaos.faults.base import FaultEnv, SpecFault
 from chaos.scenario import CheckpointFault
 
 STEP_RE = re.compile(r"^(?:step-|ckpt-)(\d+)(?:\.pt)?$")
@@ -52,24 +52,11 @@ def _largest_file(ckpt: Path) -> Path:
     return max(files, key=lambda p: p.stat().st_size)
 
 
-class CheckpointDamage:
+class CheckpointDamage(SpecFault):
     """Corrupt, truncate or un-commit the newest checkpoint. Raises :class:`ChaosError` when there is
     no checkpoint (or no metadata to delete)."""
 
-    instant = True
-
-    def __init__(self, spec: CheckpointFault, fault_id: str) -> None:
-        self.spec = spec
-        self.id = fault_id
-
-    def describe(self) -> str:
-        return self.spec.describe()
-
-    def preflight(self, env: FaultEnv) -> None:
-        return None
-
-    def ranks(self, env: FaultEnv) -> set[int] | None:
-        return None
+    spec: CheckpointFault
 
     def ready(self, env: FaultEnv) -> bool:
         return newest_checkpoint(checkpoint_root(env)) is not None
@@ -110,6 +97,3 @@ class CheckpointDamage:
             f.flush()
             os.fsync(f.fileno())
         return {**done, "file": target.name, "bytes": size, "flipped": flipped}
-
-    def heal(self, env: FaultEnv) -> dict[str, Any] | None:
-        return None

@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 
 from chaos.errors import ChaosError
-from chaos.faults.base import FaultEnv
+from chaos.faults.base import FaultEnv, SpecFault
 from chaos.scenario import KillFault, NodeCrashFault, NodeRestartFault, PauseFault
 
 KILL_WAIT_S = 5.0
@@ -31,23 +31,13 @@ def _select_workers(env: FaultEnv, rank: int | None, node: int | None) -> dict[i
     return out
 
 
-class Kill:
+class Kill(SpecFault):
     """Send ``spec.signal`` to the selected processes and wait (at most 5 s) until they are gone.
 
     Instant: there is nothing to heal; torchrun's restart policy decides what happens next.
     """
 
-    instant = True
-
-    def __init__(self, spec: KillFault, fault_id: str) -> None:
-        self.spec = spec
-        self.id = fault_id
-
-    def describe(self) -> str:
-        return self.spec.describe()
-
-    def preflight(self, env: FaultEnv) -> None:
-        return None
+    spec: KillFault
 
     def ranks(self, env: FaultEnv) -> set[int] | None:
         sel = self.spec.select
@@ -92,11 +82,8 @@ class Kill:
         _, alive = psutil.wait_procs(procs, timeout=KILL_WAIT_S)
         return {**base, "host_pids": sorted(targets), "still_alive": sorted(targets[p.pid][0] for p in alive)}
 
-    def heal(self, env: FaultEnv) -> dict[str, Any] | None:
-        return None
 
-
-class Pause:
+class Pause(SpecFault):
     """SIGSTOP a rank's worker (or freeze a whole node) and SIGCONT it when healed.
 
     A paused process is alive but silent: its peers block in the next collective until their
@@ -105,16 +92,10 @@ class Pause:
     instant = False
 
     def __init__(self, spec: PauseFault, fault_id: str) -> None:
-        self.spec = spec
-        self.id = fault_id
+        super().__init__(spec, fault_id)
+        self.spec: PauseFault = spec
         self._stopped: list[int] = []  # host pids we stopped
         self._node_frozen = False
-
-    def describe(self) -> str:
-        return self.spec.describe()
-
-    def preflight(self, env: FaultEnv) -> None:
-        return None
 
     def ranks(self, env: FaultEnv) -> set[int] | None:
         sel = self.spec.select
@@ -164,24 +145,18 @@ class Pause:
         return {"signal": "SIGCONT", "host_pids": resumed}
 
 
-class NodeCrash:
+class NodeCrash(SpecFault):
     """Kill a whole node (its agent and workers, or its container); with ``restart_after_s``, bring
     it back that much later (the heal)."""
 
     heal_at_end = False  # when the run ends, a crashed node stays down
 
     def __init__(self, spec: NodeCrashFault, fault_id: str) -> None:
-        self.spec = spec
-        self.id = fault_id
+        super().__init__(spec, fault_id)
+        self.spec: NodeCrashFault = spec
         self.instant = spec.restart_after_s is None
         self.duration_s = spec.restart_after_s
         self._crashed = False
-
-    def describe(self) -> str:
-        return self.spec.describe()
-
-    def preflight(self, env: FaultEnv) -> None:
-        return None
 
     def ranks(self, env: FaultEnv) -> set[int] | None:
         return set(env.workers.ranks_of_node(self.spec.node)) or None
@@ -203,29 +178,13 @@ class NodeCrash:
         return {"restarted": env.backend.restart_node(self.spec.node)}
 
 
-class NodeRestart:
+class NodeRestart(SpecFault):
     """Start a crashed node's agent again, so it rejoins the rendezvous. Instant."""
 
-    instant = True
-
-    def __init__(self, spec: NodeRestartFault, fault_id: str) -> None:
-        self.spec = spec
-        self.id = fault_id
-
-    def describe(self) -> str:
-        return self.spec.describe()
-
-    def preflight(self, env: FaultEnv) -> None:
-        return None
-
-    def ranks(self, env: FaultEnv) -> set[int] | None:
-        return None
+    spec: NodeRestartFault
 
     def ready(self, env: FaultEnv) -> bool:
         return env.backend.agent_pid(self.spec.node) is None
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:
         return env.backend.restart_node(self.spec.node)
-
-    def heal(self, env: FaultEnv) -> dict[str, Any] | None:
-        return None
