@@ -42,3 +42,39 @@ def leftover_network(run_id: str) -> list[str]:
     rules = subprocess.run(["iptables", "-w", "5", "-S"], capture_output=True, text=True).stdout
     out += [f"iptables {line}" for line in rules.splitlines() if tok in line]
     return out
+
+
+def runner_events(run_dir: Path) -> list[dict]:
+    """The runner's own events of a run (``runner.jsonl``)."""
+    import json
+
+    return [json.loads(line) for line in (run_dir / "runner.jsonl").read_text().splitlines()]
+
+
+def interrupt_mid_fault(scenario: Path, runs: Path, signum: int, timeout_s: float = 120) -> tuple[Path, int, str]:
+    """Run ``chaos run scenario`` as a user would, send it ``signum`` a second after its first
+    ``fault_inject``; returns (run directory, exit code, output). Fails if no fault fires in time."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", str(scenario)], cwd=REPO,
+                            env={**os.environ, "CHAOS_RUNS_DIR": str(runs)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        run_dir = None
+        deadline = time.time() + timeout_s
+        while run_dir is None and time.time() < deadline:
+            logs = [d / "runner.jsonl" for d in runs.glob("*/")] if runs.exists() else []
+            run_dir = next((log.parent for log in logs if log.exists() and '"fault_inject"' in log.read_text()), None)
+            time.sleep(0.2)
+        assert run_dir is not None, "no fault was injected in time"
+        time.sleep(1.0)
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return run_dir, proc.returncode, out

@@ -4,12 +4,7 @@ is gone after passing, failing and interrupted runs."""
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +12,7 @@ import yaml
 
 from chaos import RunResult
 from chaos.disk.mount import fs_pids, leftover_mounts
-from tests.conftest import REPO, SCENARIOS, leftover_processes
+from tests.conftest import REPO, SCENARIOS, interrupt_mid_fault, leftover_processes, runner_events
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos(requires=["torch", "sklearn", "fuse"])]
 
@@ -82,29 +77,11 @@ def test_interrupting_a_stalled_run_unmounts(tmp_path: Path, signum: int) -> Non
     data["checks"] = ["completes"]
     path = tmp_path / "stall.yaml"
     path.write_text(yaml.safe_dump(data))
-    runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", str(path)], cwd=REPO,
-                            env={**os.environ, "CHAOS_RUNS_DIR": str(runs)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    run_dir = None
-    deadline = time.time() + 120
-    while time.time() < deadline and run_dir is None:
-        for d in runs.glob("*/") if runs.exists() else []:
-            if '"fault_inject"' in (d / "runner.jsonl").read_text() if (d / "runner.jsonl").exists() else False:
-                run_dir = d
-        time.sleep(0.2)
-    try:
-        assert run_dir is not None, "the stall never began"
-        time.sleep(1.0)
-        proc.send_signal(signum)
-        out, _ = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 128 + signum, out
+    run_dir, code, out = interrupt_mid_fault(path, tmp_path / "runs", signum)
+    assert code == 128 + signum, out
     assert leftover_mounts(run_dir) == [] and fs_pids(str(run_dir / "checkpoints")) == []
     assert leftover_processes(run_dir, run_dir.name) == []
-    kinds = [json.loads(line)["kind"] for line in (run_dir / "runner.jsonl").read_text().splitlines()]
+    kinds = [e["kind"] for e in runner_events(run_dir)]
     assert "interrupted" in kinds and "disk_unmount" in kinds
 
 

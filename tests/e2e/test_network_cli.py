@@ -10,14 +10,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from chaos.net.delayer import find_delayers
-from tests.conftest import REPO, SCENARIOS, leftover_network, leftover_processes
+from tests.conftest import REPO, SCENARIOS, interrupt_mid_fault, leftover_network, leftover_processes, runner_events
 
 pytestmark = [pytest.mark.e2e]
 
@@ -36,17 +35,6 @@ def run_cli(path: Path, runs: Path, env: dict[str, str] | None = None) -> subpro
                           cwd=REPO, timeout=120, env={**os.environ, "CHAOS_RUNS_DIR": str(runs), **(env or {})})
 
 
-def wait_for_fault(runs: Path, timeout_s: float = 120) -> Path:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        for run_dir in runs.glob("*/"):
-            log = run_dir / "runner.jsonl"
-            if log.exists() and '"fault_inject"' in log.read_text():
-                return run_dir
-        time.sleep(0.2)
-    raise AssertionError("no fault was injected in time")
-
-
 @pytest.mark.chaos(requires=["torch", "sklearn", "netns", "iptables"])
 @pytest.mark.parametrize(("name", "fault", "signum"), [
     ("network-delay.yaml", {"fault": "delay", "node": 1, "delay_ms": 50}, signal.SIGINT),
@@ -56,27 +44,15 @@ def test_interrupt_during_a_network_fault_leaves_nothing(tmp_path: Path, name: s
     """No namespace, veth, bridge, chain, qdisc or delayer of the run survives SIGINT or SIGTERM."""
     schedule = [{**fault, "trigger": {"at_step": 20}}]  # no duration: still in force when interrupted
     path = scenario_file(tmp_path, name, schedule=schedule, checks=["completes"])
-    runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", str(path)], cwd=REPO,
-                            env={**os.environ, "CHAOS_RUNS_DIR": str(runs)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        run_dir = wait_for_fault(runs)
-        inject = next(json.loads(line) for line in (run_dir / "runner.jsonl").read_text().splitlines()
-                      if '"fault_inject"' in line)
-        assert inject["mechanism"] in ("nfqueue", "netem", "iptables")
-        time.sleep(1.0)
-        proc.send_signal(signum)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 128 + signum, out
+    run_dir, code, out = interrupt_mid_fault(path, tmp_path / "runs", signum)
+    assert code == 128 + signum, out
+    inject = next(e for e in runner_events(run_dir) if e["kind"] == "fault_inject")
+    assert inject["mechanism"] in ("nfqueue", "netem", "iptables")
     run_id = run_dir.name
     assert leftover_network(run_id) == []
     assert leftover_processes(run_dir, run_id) == []
     assert find_delayers() == []
-    events = [json.loads(line)["kind"] for line in (run_dir / "runner.jsonl").read_text().splitlines()]
+    events = [e["kind"] for e in runner_events(run_dir)]
     assert "interrupted" in events and "fault_heal" in events and "netns_teardown" in events
 
 
