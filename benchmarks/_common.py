@@ -27,7 +27,7 @@ from typing import TypeVar
 
 import psutil
 
-from chaos.backends.local import kill_run_processes
+from chaos.backends.procs import kill_run_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "kill-worker.yaml"

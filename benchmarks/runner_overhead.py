@@ -53,8 +53,7 @@ from benchmarks._common import (
     tmpdir_env,
     torchrun,
 )
-from chaos.backends.local import free_port
-from chaos.backends.torchrun import torchrun_args
+from chaos.backends.torchrun import free_port, torchrun_args
 from chaos.loader import scenario_from_dict
 from chaos.runner import run_scenario
 from chaos.scenario import Scenario

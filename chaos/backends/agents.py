@@ -19,7 +19,7 @@ import psutil
 
 from chaos.backends.base import LaunchSpec, NodeNet
 from chaos.backends.procs import kill_run_processes, run_processes, signal_pids
-from chaos.backends.torchrun import AgentLogs, agent_env, error_lines, torchrun_args
+from chaos.backends.torchrun import AgentLogs, agent_env, error_lines, free_port, torchrun_args
 from chaos.errors import ChaosError
 from chaos.history import RunnerLog
 from chaos.scenario import _NodesSpec
@@ -77,8 +77,6 @@ class HostAgents:
 
     # -- the contract ----------------------------------------------------------------------------
     def start(self, launch: LaunchSpec) -> None:
-        from chaos.backends.local import free_port
-
         self.launch = launch
         self.port = free_port()
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 
 from chaos.backends.base import LaunchSpec
@@ -12,6 +13,13 @@ from chaos.scenario import _NodesSpec
 EXITCODE_RE = re.compile(rb"exitcode: (-?\d+)\)? local_rank: (\d+) \(pid: (\d+)\)")
 # lines worth quoting from a failed agent's log: exceptions and argparse errors of the workers
 ERROR_LINE_RE = re.compile(r"^(?:\[rank\d+\]: )?(?:[\w.]*(?:Error|Exception)\b.*|\S+\.py: error: .*)$")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the local rendezvous port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def torchrun_args(spec: _NodesSpec, node: int, run_id: str, log_dir: Path, host: str, port: int,
