@@ -45,9 +45,12 @@ def _docker() -> str | None:
 
 def _netns() -> str | None:
     if os.geteuid() != 0:
-        return "backend netns needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN); run as root"
+        return ("backend netns needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN to create namespaces and links); run "
+                "chaos as root, or use backend: local (no network faults) or docker")
     if shutil.which("nsenter") is None or shutil.which("ip") is None:
         return "backend netns needs nsenter and ip (apt-get install util-linux iproute2)"
+    if importlib.util.find_spec("pyroute2") is None:
+        return "backend netns needs pyroute2; pip install pyroute2"
     return None
 
 

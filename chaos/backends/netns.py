@@ -105,16 +105,12 @@ class NetnsBackend(HostAgents):
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def preflight(self) -> None:
-        if os.geteuid() != 0:
-            raise CapabilityError("root", "backend netns needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN to create "
-                                  "namespaces and links); run chaos as root, or use backend: local (no network "
-                                  "faults) or docker")
-        if shutil.which("nsenter") is None:
-            raise CapabilityError("nsenter", "backend netns needs nsenter (apt-get install util-linux)")
-        try:
-            import pyroute2  # noqa: F401
-        except ImportError as exc:
-            raise CapabilityError("pyroute2", "backend netns needs pyroute2; pip install pyroute2") from exc
+        """Raise :class:`~chaos.errors.CapabilityError` naming the fix without root, nsenter, ip or pyroute2."""
+        from chaos.capabilities import CAPABILITIES
+
+        why = CAPABILITIES["netns"]()
+        if why:
+            raise CapabilityError("netns", why)
 
     def setup(self) -> None:
         from pyroute2 import IPRoute, NetNS, netns
