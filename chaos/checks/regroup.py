@@ -63,16 +63,11 @@ def _generation(history: History, after: float, world: int, smaller: bool) -> li
             ((e.get("world_size", world) < world) if smaller else e.get("world_size") == world)]
 
 
-def _first_step(history: History, starts: list[Event]) -> Event | None:
+def _first(history: History, kind: str, starts: list[Event]) -> Event | None:
+    """The first ``kind`` probe event of the worker processes that ``starts`` began."""
     pids = {s["pid"] for s in starts}
     t0 = min((s["t"] for s in starts), default=0.0)
-    return next((e for e in history.probe("step") if e["pid"] in pids and e["t"] >= t0), None)
-
-
-def _loaded(history: History, starts: list[Event]) -> Event | None:
-    pids = {s["pid"] for s in starts}
-    t0 = min((s["t"] for s in starts), default=0.0)
-    return next((e for e in history.probe("checkpoint_loaded") if e["pid"] in pids and e["t"] >= t0), None)
+    return next((e for e in history.probe(kind) if e["pid"] in pids and e["t"] >= t0), None)
 
 
 def _why_not(history: History, lost_node: int, rdzv_node: int, after: float) -> str:
@@ -119,12 +114,12 @@ def regrouped(history: History, ctx: CheckContext) -> Verdict:
                        f"{world}: {_why_not(history, node, ctx.rdzv_node, fault['t'])}", events=[fault])
     small = shrunk[0].get("world_size")
     gen = [s for s in shrunk if s.get("world_size") == small]
-    step = _first_step(history, gen)
+    step = _first(history, "step", gen)
     if step is None:
         return Verdict(name, "failed", f"the survivors regrouped at world size {small} but never completed a step: "
                        f"{_why_not(history, node, ctx.rdzv_node, fault['t'])}", events=[fault, gen[0]])
     regroup_s = step["t"] - fault["t"]
-    loaded = _loaded(history, gen)
+    loaded = _first(history, "checkpoint_loaded", gen)
     parts = [f"world size {world} → {small} {regroup_s:.1f} s after {fault.get('description')}"]
     if loaded is not None:
         parts[0] += f", resumed from {os.path.basename(loaded['path'])} (step {loaded['step']})"
@@ -138,7 +133,7 @@ def regrouped(history: History, ctx: CheckContext) -> Verdict:
     if returned:
         back_event, back_node = returned[0]
         grown = _generation(history, back_event["t"], world, smaller=False)
-        first = _first_step(history, grown) if grown else None
+        first = _first(history, "step", grown) if grown else None
         if first is None:
             problems.append(f"node {back_node} came back but no worker started at world size {world} again "
                             "(did it rejoin the rendezvous?)")
