@@ -30,3 +30,9 @@ class CapabilityError(ChaosError):
     def __init__(self, missing: str, message: str) -> None:
         self.missing = missing
         super().__init__(message)
+
+
+class RunDirError(ChaosError):
+    """A directory given as a run directory is not one (no scenario.yaml, no journal.jsonl).
+
+    The message names the path and the fix. The CLI exits 2."""

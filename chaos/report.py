@@ -40,5 +40,9 @@ def print_result(console: Console, result: RunResult) -> None:
     if ps:
         console.print(f"step time:     {describe(ps)}")
     console.print(f"journal:       {result.journal_path}")
+    if result.report_path.exists():
+        console.print(f"report:        {result.report_path}")
+    else:
+        console.print(f"report:        not rendered (see {result.run_dir / 'runner.jsonl'})")
     if not result.ok:
         console.print(f"replay:        {result.replay_command()}")

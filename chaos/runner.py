@@ -12,8 +12,11 @@ Run directory layout (``<runs_dir>/<run_id>/``)::
     control/         gate go-files (step-accurate triggers)
     checkpoints/     the target's {checkpoint_dir}
     logs/            each torchrun agent's output
-    journal.jsonl    the merged history (what checks read; re-checkable later)
+    journal.jsonl    the merged history (what checks read; re-checkable later: ``chaos report``)
+    reference.json   the fault-free reference the checks compared with (if any)
     result.json      verdicts and run status
+    timeline.png     each rank's steps over time with faults, restarts, checkpoints and verdicts
+    report.html      self-contained page: the timeline, the verdicts, the schedule
 """
 
 from __future__ import annotations
@@ -82,6 +85,16 @@ class RunResult:
         return self.run_dir / "journal.jsonl"
 
     @property
+    def report_path(self) -> Path:
+        """The run's self-contained ``report.html`` (timeline, verdicts, schedule)."""
+        return self.run_dir / "report.html"
+
+    @property
+    def timeline_path(self) -> Path:
+        """The run's ``timeline.png``: each rank's steps over time, faults, restarts, checkpoints."""
+        return self.run_dir / "timeline.png"
+
+    @property
     def exit_code(self) -> int:
         """0 every check ok, 1 a check failed or could not tell, 128+N interrupted by signal N."""
         if self.interrupted:
@@ -109,6 +122,9 @@ class RunResult:
         for v in self.failures():
             lines.append(f"  {v.check}: {v.status.upper()} — {v.explanation}")
         lines.append(f"  journal: {self.journal_path}")
+        lines.append(f"  report:  {self.report_path if self.report_path.exists() else '(not rendered; see runner.jsonl)'}")
+        if self.timeline_path.exists():
+            lines.append(f"  timeline: {self.timeline_path}")
         lines.append(f"  replay:  {self.replay_command()}")
         return "\n".join(lines)
 
@@ -123,6 +139,8 @@ class RunResult:
             "scenario": self.scenario.name,
             "run_dir": str(self.run_dir),
             "journal": str(self.journal_path),
+            "report": str(self.report_path) if self.report_path.exists() else None,
+            "timeline": str(self.timeline_path) if self.timeline_path.exists() else None,
             "status": self.status,
             "ok": self.ok,
             "exit_code": self.exit_code,
@@ -400,12 +418,10 @@ class _Run:
                 self.log.close()
             finally:
                 _restore_signal_handlers(handlers)
+        from chaos.rejudge import conclude  # judges, saves result.json and renders the report
+
         events = merge_run_dir(self.run_dir)
-        verdicts = judge(events, s, ref)
-        result = RunResult(s, self.run_id, self.run_dir, status, verdicts, time.time() - t_start, ref, note, events,
-                           signame)
-        (self.run_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1, default=str))
-        return result
+        return conclude(s, self.run_id, self.run_dir, status, events, ref, note, time.time() - t_start, signame)
 
 
 def no_hang_bound(scenario: Scenario) -> float | None:
