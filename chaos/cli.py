@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="skip the fault-free reference run (equivalent_to_reference becomes unknown)")
     run.add_argument("--deadline-s", type=float, default=None, help="override the scenario's deadline_s")
     run.add_argument("--json", action="store_true", help="print the result as JSON on stdout (no progress)")
+    run.add_argument("--junit", type=Path, default=None, metavar="PATH",
+                     help="also write the verdicts as JUnit XML to PATH (one testcase per check)")
+    _add_report_parser(sub)
 
     val = sub.add_parser("validate", help="validate scenario files without running them")
     val.add_argument("scenarios", type=Path, nargs="+")
@@ -54,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        commands = {"run": cmd_run, "validate": cmd_validate, "list": cmd_list, "doctor": cmd_doctor}
+        commands = {"run": cmd_run, "validate": cmd_validate, "list": cmd_list, "doctor": cmd_doctor,
+                    "report": cmd_report}
         return commands[args.command](args)
     except (ScenarioError, CapabilityError) as exc:
         if getattr(args, "json", False):
@@ -81,6 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     preflight(scenario)  # a missing capability is exit 2 before anything is printed or started
     if args.json:
         result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference, deadline_s=args.deadline_s)
+        _write_junit(args, result)
         print(json.dumps(result.to_json(), indent=1, default=str))
         return result.exit_code
     console = Console()
@@ -90,8 +95,53 @@ def cmd_run(args: argparse.Namespace) -> int:
     with LiveProgress(console, scenario.target.steps, scenario.world_size) as live:
         result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference, observer=live,
                               deadline_s=args.deadline_s)
+    _write_junit(args, result)
     print_result(console, result)
     return result.exit_code
+
+
+def _write_junit(args: argparse.Namespace, result: Any) -> None:
+    if args.junit:
+        from chaos.junit import write_junit
+
+        write_junit([result], args.junit)
+
+
+def _add_report_parser(sub: Any) -> None:
+    rep = sub.add_parser("report", help="re-check a stored run's journal and re-render its report (no rerun)",
+                         description="Run the checks of a finished run again on its journal.jsonl (with its stored "
+                                     "scenario.yaml and reference.json), rewrite result.json, timeline.png and "
+                                     "report.html, and print the verdicts. Exit 0 all ok, 1 a check failed or "
+                                     "could not tell, 2 not a run directory.")
+    rep.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory (what `chaos run` printed)")
+    rep.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    rep.add_argument("--junit", type=Path, default=None, metavar="PATH",
+                     help="also write the verdicts as JUnit XML to PATH (one testcase per check; unknown is a failure)")
+    rep.add_argument("--merge", action="store_true",
+                     help="first rebuild journal.jsonl from runner.jsonl and events/ (a run whose runner died)")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from chaos.errors import RunDirError
+    from chaos.rejudge import rejudge
+    from chaos.report import print_result
+
+    try:
+        result = rejudge(args.run_dir, merge=args.merge)
+    except RunDirError as exc:
+        if args.json:
+            print(json.dumps({"ok": False, "error": "RunDirError", "problems": [str(exc)]}))
+        else:
+            console = Console(stderr=True, highlight=False, soft_wrap=True)
+            console.print("[bold red]error:[/] ", end="")
+            console.print(str(exc), markup=False)
+        return EXIT_BAD_INPUT
+    _write_junit(args, result)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=1, default=str))
+    else:
+        print_result(Console(), result)
+    return EXIT_OK if result.ok else EXIT_FAILED
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
