@@ -163,6 +163,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             lines.append(f"{r.run_id}: {'ok' if r.ok else 'NOT OK'} ({r.status})")
             lines.append(f"  run directory: {r.run_dir}")
             lines.append(f"  journal:       {r.journal_path}")
+            lines += _report_lines(r)
             lines.append(f"  replay:        {r.replay_command()}")
         report.sections.append(("chaos runs", "\n".join(lines)))
     return report
+
+
+def _report_lines(result: RunResult) -> list[str]:
+    """Where the run's report and timeline are (or that they could not be rendered)."""
+    if not result.report_path.exists():
+        return [f"  report:        not rendered (see {result.run_dir / 'runner.jsonl'})"]
+    out = [f"  report:        {result.report_path}"]
+    if result.timeline_path.exists():
+        out.append(f"  timeline:      {result.timeline_path}")
+    return out
