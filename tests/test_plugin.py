@@ -53,3 +53,30 @@ def test_failed_run_lists_failed_checks_and_the_journal(pytester: pytest.Pyteste
         "*chaos runs*",
         "*run directory: *runs/kill-during-save-*",
     ])
+
+
+def test_a_failed_run_attaches_its_report_and_timeline(pytester: pytest.Pytester, tmp_path) -> None:
+    # a stored run whose journal lacks the restore, re-judged in place of a real run (no torch needed)
+    from tests.unit.test_checks import kill_run
+    from tests.unit.test_rejudge import make_run_dir
+
+    edited = [e for e in kill_run() if e["kind"] not in ("checkpoint_load_begin", "checkpoint_loaded")]
+    run_dir = make_run_dir(tmp_path, edited)
+    pytester.makepyfile(f"""
+        import chaos.pytest_plugin
+        from chaos.rejudge import rejudge
+
+        def test_restore(chaos_run, monkeypatch):
+            monkeypatch.setattr(chaos.pytest_plugin, "run_scenario", lambda *a, **kw: rejudge({str(run_dir)!r}))
+            chaos_run({str(run_dir / "scenario.yaml")!r}).assert_ok()
+    """)
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*restored_from_checkpoint: FAILED*",
+        f"*report:  {run_dir}/report.html",
+        f"*timeline: {run_dir}/timeline.png",
+        "*chaos runs*",
+        f"*report:        {run_dir}/report.html",
+        f"*timeline:      {run_dir}/timeline.png",
+    ])
