@@ -18,7 +18,7 @@ RESTART = "restart"  # a new worker process of a rank that had one before
 SAVE = "save"  # checkpoint_saved
 SAVE_FAILED = "save_failed"  # checkpoint_save_failed
 LOAD = "load"  # checkpoint_loaded
-LOAD_FAILED = "load_failed"  # checkpoint_load_failed, checkpoint_rejected
+LOAD_FAILED = "load_failed"  # checkpoint_load_failed, checkpoint_rejected (the job refused a checkpoint)
 SDC_ALARM = "sdc_alarm"
 ROLLBACK = "rollback"  # sdc_rollback: the job went back to a checkpoint by itself
 EXIT_ERROR = "exit_error"  # a worker process that ended badly (killed, error, non-zero exit)
@@ -260,7 +260,7 @@ def event_markers(history: History, t0: float) -> list[Marker]:
             out.append(Marker(LOAD, t, f"load step {step}", rank, step))
         elif kind in ("checkpoint_load_failed", "checkpoint_rejected") and probe:
             why = e.get("error") or e.get("reason") or ""
-            out.append(Marker(LOAD_FAILED, t, f"{_short_path(e.get('path'))} rejected: {short_error(why)}", rank, step))
+            out.append(Marker(LOAD_FAILED, t, f"load of {_short_path(e.get('path'))} failed: {short_error(why)}", rank, step))
         elif kind == "sdc_alarm" and probe:
             named = e.get("suspected_ranks")
             who = f" names rank {', '.join(map(str, named))}" if named else ""

@@ -22,6 +22,9 @@ FAULT_COLORS = ["#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#bcbd22"
 PROCESS_COLORS = ["#1f77b4", "#2ca02c", "#17becf", "#7f7f7f", "#6b4c9a", "#b5a642"]
 STATUS_COLORS = {"ok": "#1a7f37", "failed": "#cf222e", "unknown": "#bf8700"}
 WIDTH_IN = 13.0
+LEGEND_COLUMNS = 4
+VERDICT_LINES = 3  # lines of a verdict's explanation in the picture (the page has all of it)
+LABEL_CHAR_IN = 7.5 * 0.58 / 72  # about how wide one character of a marker's label is, in inches
 LEFT_IN, RIGHT_IN = 1.15, 0.3
 DPI = 100
 # marker kind → (matplotlib marker, colour, size, legend label)
@@ -29,7 +32,7 @@ MARKER_STYLE: dict[str, tuple[str, str, float, str]] = {
     D.SAVE: ("|", "#555555", 7, "checkpoint saved"),
     D.SAVE_FAILED: ("x", "#cf222e", 7, "checkpoint save failed"),
     D.LOAD: ("D", "#0a58ca", 6, "checkpoint loaded"),
-    D.LOAD_FAILED: ("X", "#cf222e", 8, "checkpoint rejected"),
+    D.LOAD_FAILED: ("X", "#cf222e", 8, "checkpoint load failed / rejected"),
     D.RESTART: ("^", "#2ca02c", 9, "process started"),
     D.EXIT_ERROR: ("X", "black", 9, "process ended badly"),
     D.SDC_ALARM: ("*", "#cf222e", 13, "SDC alarm"),
@@ -49,7 +52,8 @@ def draw(tl: D.Timeline, verdicts: Sequence[Verdict], path: Path) -> Path:
     strip_in = 0.3 + 0.7 * max(len(lanes), 1)
     verdict_lines = _verdict_lines(verdicts)
     verdict_in = 0.35 + 0.19 * len(verdict_lines) if verdict_lines else 0.0
-    top_in, xlabel_in, legend_in, gap_in = 1.0, 0.55, 0.65, 0.12
+    top_in, xlabel_in, gap_in = 1.0, 0.55, 0.12
+    legend_in = 0.2 + 0.21 * -(-_legend_entries(tl) // LEGEND_COLUMNS)
     height = top_in + strip_in + gap_in + (row_in + row_gap_in) * len(ranks) + xlabel_in + legend_in + verdict_in
     fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI)
     FigureCanvasAgg(fig)
@@ -65,22 +69,33 @@ def draw(tl: D.Timeline, verdicts: Sequence[Verdict], path: Path) -> Path:
     for _ in ranks:
         y -= row_in + row_gap_in
         rows.append(axes(y, row_in, sharex=strip))
-    x_max = max(tl.duration_s, 1.0) * 1.01
-    strip.set_xlim(0, x_max)
+    xr = x_range(tl)
+    strip.set_xlim(*xr)
     _title(fig, tl, verdicts)
-    _draw_strip(strip, tl, lanes, x_max)
+    _draw_strip(strip, tl, lanes, xr)
     handles: dict[str, Any] = {}
     for ax, rank in zip(rows, ranks, strict=True):
-        _draw_rank(ax, tl, rank, handles, x_max)
+        _draw_rank(ax, tl, rank, handles, xr)
     for ax in rows[:-1]:
         ax.tick_params(labelbottom=False)
     strip.tick_params(labelbottom=False)
-    rows[-1].set_xlabel("seconds since the run started")
+    launch = f" (0–{xr[0]:.1f} s, launching the job, not shown)" if xr[0] > 0 else ""
+    rows[-1].set_xlabel(f"seconds since the run started{launch}")
     _legend(fig, handles, (y - xlabel_in - 0.05) / height, len(tl.world_sizes) > 1)
     _draw_verdicts(fig, verdict_lines, (y - xlabel_in - legend_in) / height, height)
     path = Path(path)
     fig.savefig(path, format="png", dpi=DPI)
     return path
+
+
+def x_range(tl: D.Timeline) -> tuple[float, float]:
+    """The seconds shown: the whole run, but from a little before the first worker started (or the
+    first fault) when launching the job took more than a sixth of the run, so the training is not squeezed."""
+    end = max(tl.duration_s, 1.0) * 1.01
+    first = min([t.start_s for t in tl.tracks] + [s.start_s for s in tl.spans] + [m.t_s for m in tl.markers],
+                default=0.0)
+    start = max(first - 0.04 * (end - first), 0.0)
+    return (start if start > end / 6 else 0.0, end)
 
 
 def _title(fig: Any, tl: D.Timeline, verdicts: Sequence[Verdict]) -> None:
@@ -114,14 +129,19 @@ def _fault_color(tl: D.Timeline, fault_id: str) -> str:
     return FAULT_COLORS[ids.index(fault_id) % len(FAULT_COLORS)] if fault_id in ids else FAULT_COLORS[0]
 
 
-def _text_at(ax: Any, x: float, y: float, text: str, x_max: float, **kw: Any) -> None:
+def _right(x: float, xr: tuple[float, float], beyond: float = 0.6) -> bool:
+    """Whether x lies in the right part of the axes (past ``beyond`` of the range), where text goes leftwards."""
+    return x - xr[0] > (xr[1] - xr[0]) * beyond
+
+
+def _text_at(ax: Any, x: float, y: float, text: str, xr: tuple[float, float], **kw: Any) -> None:
     """Text starting just right of x, or ending just left of it when x is in the right part of the axes."""
-    right = x > x_max * 0.6
-    ax.text(x + (-1 if right else 1) * x_max * 0.006, y, text, ha="right" if right else "left", va="center",
+    right = _right(x, xr)
+    ax.text(x + (-1 if right else 1) * (xr[1] - xr[0]) * 0.006, y, text, ha="right" if right else "left", va="center",
             clip_on=False, **kw)
 
 
-def _draw_strip(ax: Any, tl: D.Timeline, lanes: list[tuple[str, list[D.Span]]], x_max: float) -> None:
+def _draw_strip(ax: Any, tl: D.Timeline, lanes: list[tuple[str, list[D.Span]]], xr: tuple[float, float]) -> None:
     n = len(lanes)
     ax.set_ylim(-0.5, max(n, 1) - 0.5)
     ax.set_yticks(range(n), [name for name, _ in reversed(lanes)] if lanes else [])
@@ -135,12 +155,12 @@ def _draw_strip(ax: Any, tl: D.Timeline, lanes: list[tuple[str, list[D.Span]]], 
     for i, (name, spans) in enumerate(lanes):
         y = n - 1 - i
         if name == "world size":
-            _draw_world(ax, tl, y, x_max)
+            _draw_world(ax, tl, y, xr)
             continue
         if name == "run":
             for m in tl.markers_of(D.NOT_FIRED, D.RUN_END):
                 ax.axvline(m.t_s, color="black", lw=1.2)
-                _text_at(ax, m.t_s, y, m.label, x_max, fontsize=8.5)
+                _text_at(ax, m.t_s, y, m.label, xr, fontsize=8.5)
             continue
         color = _fault_color(tl, spans[0].fault_id)
         for j, s in enumerate(spans):
@@ -151,39 +171,40 @@ def _draw_strip(ax: Any, tl: D.Timeline, lanes: list[tuple[str, list[D.Span]]], 
                 ax.broken_barh([(s.start_s, (s.end_s or s.start_s) - s.start_s)], (y + 0.04, 0.34), color=color, alpha=0.45)
             if j == 0:
                 when = f"t={s.start_s:.1f} s" + (f" to {s.end_s:.1f} s" if s.end_s is not None else "")
-                _text_at(ax, s.start_s, y + 0.21, f"{s.label}  ({when})", x_max, fontsize=8.5, color="black")
+                _text_at(ax, s.start_s, y + 0.21, f"{s.label}  ({when})", xr, fontsize=8.5, color="black")
             rec = recs.get((s.fault_id, s.start_s))
             if rec is not None and rec.setback_s is not None and j == 0:
-                _draw_recovery(ax, rec, y - 0.12, x_max)
+                _draw_recovery(ax, rec, y - 0.12, xr)
 
 
 def _seconds(x: float) -> str:
     return f"{x:.2g} s" if x < 1 else f"{x:.1f} s"
 
 
-def _draw_recovery(ax: Any, rec: D.Recovery, y: float, x_max: float) -> None:
-    end = rec.recovered_s if rec.recovered_s is not None else x_max
+def _draw_recovery(ax: Any, rec: D.Recovery, y: float, xr: tuple[float, float]) -> None:
+    end = rec.recovered_s if rec.recovered_s is not None else xr[1]
     ax.annotate("", xy=(end, y), xytext=(rec.start_s, y),
-                arrowprops={"arrowstyle": "|-|" if rec.recovered_s is not None else "|->", "color": "#333333",
-                            "lw": 1.2, "shrinkA": 0, "shrinkB": 0, "mutation_scale": 3})
+                arrowprops={"arrowstyle": "|-|" if rec.recovered_s is not None else "->", "color": "#333333",
+                            "lw": 1.2, "ls": "-" if rec.recovered_s is not None else "--", "shrinkA": 0, "shrinkB": 0,
+                            "mutation_scale": 3 if rec.recovered_s is not None else 10})
     if rec.seconds is not None:
         text = f"back past step {rec.from_step} after {_seconds(rec.seconds)}"
     else:
         text = f"never got back past step {rec.from_step}"
-    right = rec.start_s > x_max * 0.6
+    right = _right(rec.start_s, xr)
     ax.text(end if right else rec.start_s, y - 0.2, text, ha="right" if right else "left", va="center",
             fontsize=8.5, color="#333333", fontweight="bold")
 
 
-def _draw_world(ax: Any, tl: D.Timeline, y: float, x_max: float) -> None:
-    points = [*tl.world_sizes, (x_max, tl.world_sizes[-1][1])]
+def _draw_world(ax: Any, tl: D.Timeline, y: float, xr: tuple[float, float]) -> None:
+    points = [*tl.world_sizes, (xr[1], tl.world_sizes[-1][1])]
     biggest = max(s for _, s in tl.world_sizes)
     for (t, size), (t_next, _) in zip(points, points[1:], strict=False):
         ax.plot([t, t_next], [y, y], color="#444444", lw=6 if size == biggest else 3, solid_capstyle="butt", alpha=0.6)
-        ax.text(t + x_max * 0.005, y + 0.25, f"world size {size}", fontsize=8.5, va="center")
+        ax.text(t + (xr[1] - xr[0]) * 0.005, y + 0.25, f"world size {size}", fontsize=8.5, va="center")
 
 
-def _draw_rank(ax: Any, tl: D.Timeline, rank: int, handles: dict[str, Any], x_max: float) -> None:
+def _draw_rank(ax: Any, tl: D.Timeline, rank: int, handles: dict[str, Any], xr: tuple[float, float]) -> None:
     steps = tl.steps or max((t.last_step or 0 for t in tl.tracks), default=1)
     ax.set_ylim(-steps * 0.06, steps * 1.12)
     ax.set_ylabel(f"rank {rank}\nstep", fontsize=9)
@@ -197,8 +218,10 @@ def _draw_rank(ax: Any, tl: D.Timeline, rank: int, handles: dict[str, Any], x_ma
             ax.axvspan(s.start_s, s.end_s, color=color, alpha=0.22 if hit else 0.09, lw=0)
     for t, _ in tl.world_sizes[1:]:
         ax.axvline(t, color="#444444", ls=":", lw=1.0)
+    left_off = 0.0
     for tr in tl.tracks_of(rank):
-        _draw_track(ax, tr, handles)
+        _draw_track(ax, tr, handles, left_off)
+        left_off = float(tr.last_step) if tr.last_step is not None else left_off
     labels: list[tuple[D.Marker, float, str]] = []
     for kind, (marker, color, size, label) in MARKER_STYLE.items():
         ms = [m for m in tl.markers_of(kind) if m.rank == rank]
@@ -210,34 +233,42 @@ def _draw_rank(ax: Any, tl: D.Timeline, rank: int, handles: dict[str, Any], x_ma
         handles.setdefault(label, h)
         if kind != D.SAVE:
             labels += [(m, yv, color) for m, yv in zip(ms, ys, strict=True)]
-    for text, t, yv, color in _grouped(labels, x_max * 0.03):
-        right = t > x_max * 0.7
-        ax.annotate(text, (t, yv), xytext=(-6 if right else 6, -11), textcoords="offset points", fontsize=7.5,
-                    color=color, ha="right" if right else "left", va="center", zorder=6,
+    per_char_s = (xr[1] - xr[0]) * LABEL_CHAR_IN / (WIDTH_IN - LEFT_IN - RIGHT_IN)
+    below_free = above_free = xr[0]  # where the previous label below / above its marker ends
+    for text, t, yv, color in _grouped(labels, (xr[1] - xr[0]) * 0.03):
+        right = _right(t, xr, 0.7)
+        start, end = (t - len(text) * per_char_s, t) if right else (t, t + len(text) * per_char_s)
+        above = start < below_free and start >= above_free  # stagger a label that would overlap the previous one
+        below_free, above_free = (below_free, end) if above else (end, above_free)
+        ax.annotate(text, (t, yv), xytext=(-6 if right else 6, 10 if above else -11), textcoords="offset points",
+                    fontsize=7.5, color=color, ha="right" if right else "left", va="center", zorder=4,
                     bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.75})
     ax.text(0.005, 0.96, _rank_summary(tl, rank), transform=ax.transAxes, ha="left", va="top", fontsize=8,
             color="#555555")
 
 
-def _draw_track(ax: Any, tr: D.Track, handles: dict[str, Any]) -> None:
+def _draw_track(ax: Any, tr: D.Track, handles: dict[str, Any], left_off: float) -> None:
     """The process's steps as a line; dotted while it was alive without stepping (starting up,
-    loading, or blocked before it ended); a triangle where it started."""
+    loading, or blocked before it ended); a triangle where it started. A process that never
+    stepped sits at ``left_off``, the step where the rank's previous process left off."""
     color = PROCESS_COLORS[tr.generation % len(PROCESS_COLORS)]
     label = "first process" if tr.generation == 0 else f"process after restart {tr.generation}"
-    base = float(tr.first_step - 1) if tr.first_step is not None else 0.0
+    base = float(tr.first_step - 1) if tr.first_step is not None else left_off
     (start,) = ax.plot([tr.start_s], [base], ls="none", marker="^", color="#2ca02c", ms=8, mec="white", mew=0.8,
                        zorder=5)
     handles.setdefault("process started", start)
-    if not tr.points:
-        return
-    (line,) = ax.plot([p[0] for p in tr.points], [p[1] for p in tr.points], color=color, lw=1.8)
-    handles.setdefault(label, line)
-    idle = [([tr.start_s, tr.points[0][0]], [base, tr.points[0][1]])]
-    if tr.end_s is not None and tr.end_s > tr.points[-1][0]:
-        idle.append(([tr.points[-1][0], tr.end_s], [tr.points[-1][1]] * 2))
+    idle: list[tuple[list[float], list[float]]] = []
+    if tr.points:
+        (line,) = ax.plot([p[0] for p in tr.points], [p[1] for p in tr.points], color=color, lw=1.8)
+        handles.setdefault(label, line)
+        idle.append(([tr.start_s, tr.points[0][0]], [base, tr.points[0][1]]))
+        if tr.end_s is not None and tr.end_s > tr.points[-1][0]:
+            idle.append(([tr.points[-1][0], tr.end_s], [tr.points[-1][1]] * 2))
+    elif tr.end_s is not None:
+        idle.append(([tr.start_s, tr.end_s], [base, base]))
     for xs, ys in idle:
         (dots,) = ax.plot(xs, ys, color=color, lw=1.2, ls=":")
-    handles.setdefault("alive, no step done (starting, loading, blocked)", dots)
+        handles.setdefault("alive, no step done (starting, loading, blocked)", dots)
 
 
 def _grouped(labels: list[tuple[D.Marker, float, str]], window_s: float) -> list[tuple[str, float, float, str]]:
@@ -258,12 +289,15 @@ def _grouped(labels: list[tuple[D.Marker, float, str]], window_s: float) -> list
 
 
 def _brief(marker: D.Marker, limit: int = 48) -> str:
-    """A marker's label short enough for the plot; of a long error only its last clause
-    ("RuntimeError: Read error [10.0.0.2]:3444: Connection reset by peer" → "Connection reset by peer")."""
+    """A marker's label short enough for the plot: of a failed load or save only what failed; of a
+    long error its last clause ("RuntimeError: Read error [10.0.0.2]:3444: Connection reset by peer" →
+    "Connection reset by peer") or, when that is cut short, the error without its type."""
     label = marker.label
-    if marker.kind == D.EXIT_ERROR and len(label) > limit and ": " in label:
+    if marker.kind in (D.LOAD_FAILED, D.SAVE_FAILED):
+        label = label.split(": ", 1)[0]
+    elif marker.kind == D.EXIT_ERROR and len(label) > limit and ": " in label:
         tail = label.rsplit(": ", 1)[1]
-        label = tail if len(tail) >= 12 else label.split(": ", 1)[1]
+        label = tail if len(tail) >= 12 and not tail.endswith("…") else label.split(": ", 1)[1]
     return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
@@ -286,6 +320,12 @@ def _rank_summary(tl: D.Timeline, rank: int) -> str:
     return f"{len(tracks)} process(es), {restarts} restart(s), reached step {last}" + (f"/{tl.steps}" if tl.steps else "")
 
 
+def _legend_entries(tl: D.Timeline) -> int:
+    """How many entries the legend will have (to make room for it before drawing)."""
+    kinds = {m.kind for m in tl.markers if m.rank is not None and m.kind in MARKER_STYLE and m.kind != D.RESTART}
+    return len({t.generation for t in tl.tracks}) + 2 + len(kinds) + 1 + (len(tl.world_sizes) > 1)
+
+
 def _legend(fig: Any, handles: dict[str, Any], y: float, world_changed: bool) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -294,7 +334,7 @@ def _legend(fig: Any, handles: dict[str, Any], y: float, world_changed: bool) ->
     if world_changed:
         extra.append(Line2D([], [], color="#444444", ls=":", label="world size changed"))
     items = list(handles.items()) + [(h.get_label(), h) for h in extra]
-    fig.legend([h for _, h in items], [name for name, _ in items], loc="upper left", ncol=min(len(items), 5),
+    fig.legend([h for _, h in items], [name for name, _ in items], loc="upper left", ncol=LEGEND_COLUMNS,
                bbox_to_anchor=(LEFT_IN / WIDTH_IN, y), fontsize=8.5, frameon=False)
 
 
@@ -307,7 +347,8 @@ def _verdict_lines(verdicts: Sequence[Verdict]) -> list[tuple[str, str]]:
     for v in verdicts:
         value = "" if v.value is None else f"{v.value:g} {v.unit or ''}".strip()
         head = f"{v.status.upper():<8}{v.check:<{width + 2}}{value:>11}  "
-        wrapped = textwrap.wrap(v.explanation, width=max(150 - len(head), 40)) or [""]
+        wrapped = textwrap.wrap(v.explanation, width=max(150 - len(head), 40), max_lines=VERDICT_LINES,
+                                placeholder=" … (all of it in report.html)") or [""]
         out.append((head + wrapped[0], v.status))
         out += [(" " * len(head) + w, v.status) for w in wrapped[1:]]
     return out

@@ -196,3 +196,12 @@ def test_a_timeline_that_cannot_be_drawn_still_leaves_the_page(tmp_path: Path, m
     assert out.png is None and out.png_error == "RuntimeError: no fonts"
     page = out.html.read_text()
     assert "could not be drawn: RuntimeError: no fonts" in page and "data:image" not in page
+
+
+def test_render_draws_a_run_that_never_recovered_and_was_stopped(tmp_path: Path) -> None:
+    events = [*before_kill(), *restart_and_load({}),
+              runner("deadline_exceeded", 45.0, deadline_s=45.0, stuck_ranks=[0, 1]),
+              runner("run_end", 46.0, status="deadline")]
+    out = render(tmp_path, events, VERDICTS)
+    assert out.png is not None, out.png_error
+    assert "never got back past step 25" in out.html.read_text()
