@@ -129,6 +129,15 @@ class Timeline:
         return [m for m in self.markers if m.kind in kinds]
 
 
+_ENDINGS = {"completed": "run completed", "deadline": "run stopped at its deadline", "hung": "run stopped: the job hung",
+            "interrupted": "run interrupted"}
+
+
+def how_it_ended(status: str) -> str:
+    """A run's status in words: ``deadline`` → ``run stopped at its deadline``."""
+    return _ENDINGS.get(status, f"run {status}")
+
+
 def build(events: Iterable[Event]) -> Timeline:
     """The timeline of a run's events (a merged history, e.g. a ``journal.jsonl``)."""
     history = History(events)

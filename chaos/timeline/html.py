@@ -45,7 +45,7 @@ def write(tl: D.Timeline, verdicts: Sequence[Verdict], png: bytes | None, path: 
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>chaos report: {escape(title)}</title>", f"<style>{CSS}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
-        f'<p class="outcome {css_class}">run {escape(tl.status)} after {tl.duration_s:.1f} s · '
+        f'<p class="outcome {css_class}">{escape(D.how_it_ended(tl.status))} after {tl.duration_s:.1f} s · '
         f"{ok}/{len(verdicts)} checks ok</p>",
     ]
     if png is not None:

@@ -81,7 +81,7 @@ def draw(tl: D.Timeline, verdicts: Sequence[Verdict], path: Path) -> Path:
     strip.tick_params(labelbottom=False)
     launch = f" (0–{xr[0]:.1f} s, launching the job, not shown)" if xr[0] > 0 else ""
     rows[-1].set_xlabel(f"seconds since the run started{launch}")
-    _legend(fig, handles, (y - xlabel_in - 0.05) / height, len(tl.world_sizes) > 1)
+    _legend(fig, handles, (y - xlabel_in - 0.05) / height, len(tl.world_sizes) > 1, bool(tl.spans))
     _draw_verdicts(fig, verdict_lines, (y - xlabel_in - legend_in) / height, height)
     path = Path(path)
     fig.savefig(path, format="png", dpi=DPI)
@@ -90,8 +90,10 @@ def draw(tl: D.Timeline, verdicts: Sequence[Verdict], path: Path) -> Path:
 
 def x_range(tl: D.Timeline) -> tuple[float, float]:
     """The seconds shown: the whole run, but from a little before the first worker started (or the
-    first fault) when launching the job took more than a sixth of the run, so the training is not squeezed."""
+    first fault) when launching took more than a sixth of a run that trained, so the training is not squeezed."""
     end = max(tl.duration_s, 1.0) * 1.01
+    if not any(t.points for t in tl.tracks):
+        return (0.0, end)  # nothing trained: the launch is the story
     first = min([t.start_s for t in tl.tracks] + [s.start_s for s in tl.spans] + [m.t_s for m in tl.markers],
                 default=0.0)
     start = max(first - 0.04 * (end - first), 0.0)
@@ -106,7 +108,7 @@ def _title(fig: Any, tl: D.Timeline, verdicts: Sequence[Verdict]) -> None:
     fig.text(0.01, 1 - 0.32 / fig.get_figheight(), f"{tl.scenario or 'run'} — {tl.run_id}", fontsize=14,
              fontweight="bold", va="center")
     fig.text(0.01, 1 - 0.64 / fig.get_figheight(),
-             f"run {tl.status} after {tl.duration_s:.1f} s · {outcome}"
+             f"{D.how_it_ended(tl.status)} after {tl.duration_s:.1f} s · {outcome}"
              + (f" (not ok: {', '.join(v.check for v in bad)})" if bad else ""),
              fontsize=11, color=color, va="center")
 
@@ -158,9 +160,9 @@ def _draw_strip(ax: Any, tl: D.Timeline, lanes: list[tuple[str, list[D.Span]]], 
             _draw_world(ax, tl, y, xr)
             continue
         if name == "run":
-            for m in tl.markers_of(D.NOT_FIRED, D.RUN_END):
+            for k, m in enumerate(tl.markers_of(D.NOT_FIRED, D.RUN_END)):
                 ax.axvline(m.t_s, color="black", lw=1.2)
-                _text_at(ax, m.t_s, y, m.label, xr, fontsize=8.5)
+                _text_at(ax, m.t_s, y + (0.2 if k % 2 == 0 else -0.2), m.label, xr, fontsize=8.5)
             continue
         color = _fault_color(tl, spans[0].fault_id)
         for j, s in enumerate(spans):
@@ -218,6 +220,8 @@ def _draw_rank(ax: Any, tl: D.Timeline, rank: int, handles: dict[str, Any], xr: 
             ax.axvspan(s.start_s, s.end_s, color=color, alpha=0.22 if hit else 0.09, lw=0)
     for t, _ in tl.world_sizes[1:]:
         ax.axvline(t, color="#444444", ls=":", lw=1.0)
+    for m in tl.markers_of(D.RUN_END):
+        ax.axvline(m.t_s, color="black", lw=1.2)
     left_off = 0.0
     for tr in tl.tracks_of(rank):
         _draw_track(ax, tr, handles, left_off)
@@ -323,14 +327,16 @@ def _rank_summary(tl: D.Timeline, rank: int) -> str:
 def _legend_entries(tl: D.Timeline) -> int:
     """How many entries the legend will have (to make room for it before drawing)."""
     kinds = {m.kind for m in tl.markers if m.rank is not None and m.kind in MARKER_STYLE and m.kind != D.RESTART}
-    return len({t.generation for t in tl.tracks}) + 2 + len(kinds) + 1 + (len(tl.world_sizes) > 1)
+    return len({t.generation for t in tl.tracks}) + 2 + len(kinds) + bool(tl.spans) + (len(tl.world_sizes) > 1)
 
 
-def _legend(fig: Any, handles: dict[str, Any], y: float, world_changed: bool) -> None:
+def _legend(fig: Any, handles: dict[str, Any], y: float, world_changed: bool, any_fault: bool) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    extra: list[Any] = [Patch(color=FAULT_COLORS[0], alpha=0.35, label="fault (shaded while active, line if instant)")]
+    extra: list[Any] = []
+    if any_fault:
+        extra.append(Patch(color=FAULT_COLORS[0], alpha=0.35, label="fault (shaded while active, line if instant)"))
     if world_changed:
         extra.append(Line2D([], [], color="#444444", ls=":", label="world size changed"))
     items = list(handles.items()) + [(h.get_label(), h) for h in extra]
