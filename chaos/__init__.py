@@ -25,6 +25,7 @@ _EXPORTS = {
     "CHECKS": "chaos.checks",
     "History": "chaos.history",
     "load_journal": "chaos.history",
+    "rejudge": "chaos.rejudge",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from chaos.errors import CapabilityError, ChaosError, ScenarioError
     from chaos.history import History, load_journal
     from chaos.loader import load_scenario, scenario_from_dict
+    from chaos.rejudge import rejudge
     from chaos.runner import RunResult, run_scenario
     from chaos.scenario import Scenario
 

@@ -173,16 +173,15 @@ def extract_tracks(history: History, t0: float) -> list[Track]:
         elif e["kind"] == "exit":
             p["end_s"] = t
             p["end"] = "ok" if e.get("status") == "ok" else short_error(e.get("error") or f"status {e.get('status')}")
-    for e in history.of("worker_exit"):
-        q = procs.get((int(e.get("rank", -1)), e.get("pid")))
-        if q is None:
+    for e in history.of("worker_exit"):  # the runner's word on how a process ended (its exit code)
+        proc = procs.get((e["rank"], e.get("pid"))) if isinstance(e.get("rank"), int) else None
+        if proc is None:
             continue
-        p = q
         code = e.get("exit_code")
-        if p["end_s"] is None:
-            p["end_s"] = float(e["t"]) - t0
-        if p["end"] in ("", "ok") and code not in (None, 0):
-            p["end"] = exit_reason(code)
+        if proc["end_s"] is None:
+            proc["end_s"] = float(e["t"]) - t0
+        if proc["end"] in ("", "ok") and isinstance(code, int) and code != 0:
+            proc["end"] = exit_reason(code)
     out: list[Track] = []
     generation: dict[int, int] = {}
     ordered = sorted(procs.items(), key=lambda kv: kv[1]["start"] if kv[1]["start"] is not None
