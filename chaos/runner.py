@@ -44,6 +44,7 @@ from chaos.history import Event, EventTail, History, RunnerLog, merge_run_dir
 from chaos.nemesis import Nemesis
 from chaos.reference import ReferenceCache
 from chaos.scenario import Scenario
+from chaos.timeline import prewarm as prewarm_report
 from chaos.workers import WorkerTable
 
 POLL_S = 0.02
@@ -281,6 +282,7 @@ class _Run:
                 self.max_step = max(self.max_step or 0, e["step"])
             elif e["kind"] == "exit":
                 self._exit_status[e["pid"]] = e.get("status", "")
+                prewarm_report()  # while the agents wind down, so the report at the end is quick
         if self.watcher is not None:
             latest = self.watcher.poll()
             if latest is not None:
