@@ -312,8 +312,9 @@ def world_size_changes(history: History, t0: float) -> list[tuple[float, int]]:
 
 def recoveries(tracks: list[Track], spans: list[Span], markers: list[Marker]) -> list[Recovery]:
     """One :class:`Recovery` per fault: the first setback (restart, rollback, or a rank repeating or
-    going back in steps) after the fault began and before the next fault, the highest step reached
-    before it, and when some rank next completed a step past that."""
+    going back in steps) after the fault began and before the next fault — or the fault itself when
+    no step followed it —, the highest step reached before it, and when some rank next completed a
+    step past that."""
     points = sorted((t, step, tr.rank, id(tr)) for tr in tracks for t, step in tr.points)
     setbacks = sorted([m.t_s for m in markers if m.kind in (RESTART, ROLLBACK)] + _step_regressions(tracks))
     ordered = sorted(spans, key=lambda s: s.start_s)
@@ -322,8 +323,10 @@ def recoveries(tracks: list[Track], spans: list[Span], markers: list[Marker]) ->
         until = ordered[i + 1].start_s if i + 1 < len(ordered) else float("inf")
         setback = next((t for t in setbacks if span.start_s <= t < until), None)
         if setback is None:
-            out.append(Recovery(span.fault_id, span.start_s, None, None, None))
-            continue
+            if any(t > (span.end_s or span.start_s) for t, _, _, _ in points):
+                out.append(Recovery(span.fault_id, span.start_s, None, None, None))
+                continue
+            setback = span.start_s  # no step after the fault at all: it stopped the job
         before = [step for t, step, _, _ in points if t <= setback]
         high = max(before) if before else 0
         recovered = next((t for t, step, _, _ in points if t > setback and step > high), None)

@@ -141,6 +141,12 @@ def test_no_recovery_when_the_restarted_job_never_gets_past_the_fault() -> None:
     assert rec.recovered_s is None and rec.seconds is None
 
 
+def test_a_fault_after_which_no_step_came_never_recovered() -> None:
+    events = [*before_kill(), runner("interrupted", 4.0, signal="SIGINT"), runner("run_end", 4.1, status="interrupted")]
+    (rec,) = D.build(events).recoveries
+    assert (rec.setback_s, rec.from_step, rec.recovered_s) == (3.0, 25, None)
+
+
 def test_a_fault_that_cost_no_progress_has_no_setback() -> None:
     events = [*fault_free_run(), runner("fault_inject", 2.05, fault_id="f0", fault="delay", description="delay"),
               runner("fault_heal", 2.15, fault_id="f0", description="delay")]
