@@ -18,14 +18,14 @@ lacks, with the reason; under ``CI=true`` the test fails instead, so CI cannot p
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chaos.capabilities import missing
-from chaos.loader import load_scenario, scenario_from_dict
+from chaos.derive import derive_scenario
 from chaos.runner import RunResult, run_scenario
 from chaos.scenario import Scenario
 
@@ -80,13 +80,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(f"lacks {reason}")
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
 ChaosRun = Callable[..., RunResult]
 
 
@@ -98,7 +91,9 @@ def chaos_run(request: pytest.FixtureRequest) -> ChaosRun:
     path to a YAML file (a relative path is looked up in the working directory, then in pytest's
     rootdir), a :class:`~chaos.scenario.Scenario`, or a dict of scenario data.
     ``overrides`` is merged into the scenario's data (dicts merge, other values replace);
-    ``extra_args`` are appended to the target's arguments (e.g. ``["--broken", "non-atomic-save"]``).
+    ``extra_args`` are appended to the target's arguments (e.g. ``["--broken", "non-atomic-save"]``);
+    ``schedule`` replaces the scenario's schedule (a :class:`~chaos.strategies.Schedule` drawn by
+    ``@given(schedule=schedules(...))``, or a list of fault specs or dicts).
     Raises :class:`~chaos.errors.ScenarioError` for an invalid scenario. Assert with
     ``result.assert_ok()``, whose message lists each failed check and the journal's path.
     """
@@ -107,7 +102,8 @@ def chaos_run(request: pytest.FixtureRequest) -> ChaosRun:
     request.node.stash[RESULTS_KEY] = results
 
     def run(scenario: str | Path | Scenario | dict[str, Any], overrides: dict[str, Any] | None = None,
-            extra_args: list[str] | tuple[str, ...] = (), deadline_s: float | None = None) -> RunResult:
+            extra_args: list[str] | tuple[str, ...] = (), deadline_s: float | None = None,
+            schedule: Iterable[Any] | None = None) -> RunResult:
         backend = config.getoption("--chaos-backend")
         if backend:
             overrides = {**(overrides or {}), "backend": {**(overrides or {}).get("backend", {}), "kind": backend}}
@@ -115,7 +111,7 @@ def chaos_run(request: pytest.FixtureRequest) -> ChaosRun:
             # a relative path: from the working directory, else from pytest's rootdir
             candidate = Path(config.rootpath) / scenario
             scenario = candidate if candidate.exists() else scenario
-        s = _resolve(scenario, overrides, list(extra_args))
+        s = derive_scenario(scenario, overrides, extra_args, schedule)
         result = run_scenario(s, _runs_dir(config), reference=_reference(config), deadline_s=deadline_s)
         results.append(result)
         if result.status == "interrupted":
@@ -123,34 +119,6 @@ def chaos_run(request: pytest.FixtureRequest) -> ChaosRun:
         return result
 
     return run
-
-
-def _resolve(scenario: str | Path | Scenario | dict[str, Any], overrides: dict[str, Any] | None,
-             extra_args: list[str]) -> Scenario:
-    if not overrides and not extra_args:
-        if isinstance(scenario, Scenario):
-            return scenario
-        if isinstance(scenario, str | Path):
-            return load_scenario(scenario)
-    source: Path | None = None
-    if isinstance(scenario, Scenario):
-        data, source = scenario.model_dump(mode="json"), scenario.source
-        data["target"]["script"] = str(scenario.script_path)
-    elif isinstance(scenario, str | Path):
-        source = Path(scenario)
-        data = load_scenario(source).model_dump(mode="json")
-    else:
-        data = dict(scenario)
-    new_kind = ((overrides or {}).get("backend") or {}).get("kind")
-    if new_kind and isinstance(data.get("backend"), dict) and data["backend"].get("kind") != new_kind:
-        # another backend: keep the shared settings (nodes, rendezvous, ...), drop the old kind's own
-        from chaos.scenario import _NodesSpec
-
-        data["backend"] = {k: v for k, v in data["backend"].items() if k in _NodesSpec.model_fields}
-    data = _merge(data, overrides or {})
-    if extra_args:
-        data["target"] = {**data["target"], "args": [*data["target"].get("args", []), *extra_args]}
-    return scenario_from_dict(data, source=source)
 
 
 @pytest.hookimpl(wrapper=True)

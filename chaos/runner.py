@@ -151,9 +151,7 @@ def _fill_args(scenario: Scenario, run_dir: Path) -> list[str]:
 
 
 def _dump_scenario(scenario: Scenario, path: Path) -> None:
-    data = scenario.model_dump(mode="json", exclude_defaults=False)
-    data["target"]["script"] = str(scenario.script_path)
-    data["checks"] = [{c.name: c.params} if c.params else c.name for c in scenario.checks]
+    data = scenario.to_data()
     path.write_text(f"# run as {scenario.name}; source: {scenario.source}\n" + yaml.safe_dump(data, sort_keys=False))
 
 
