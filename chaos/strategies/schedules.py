@@ -85,8 +85,10 @@ def schedules(target: Scenario | TargetShape | str | Path, max_faults: int = 3,
     not exact); by default every trigger is step-accurate.
 
     Every schedule drawn is valid and can fire: at most one fault per gate point, no more kills and
-    node crashes than ``max_restarts``. Shrinking moves toward fewer faults, earlier steps and simpler
-    kinds (kill before pause before disk …; SIGKILL; a plain step before a save point; rank 0).
+    node crashes than ``max_restarts``. Hypothesis shrinks toward fewer faults, then fewer and smaller
+    choices: earlier steps, rank 0, SIGKILL, a plain step before a save point, 1 s durations, and the
+    kinds listed first in :data:`~chaos.strategies.families.KINDS` (kill, pause, …) where they take
+    no more choices than a later one.
 
     Raises :class:`~chaos.errors.StrategyError` at once for an invalid argument, naming it.
     """
