@@ -45,3 +45,35 @@ def test_another_process_holds_a_reservation_until_it_dies(tmp_path: Path) -> No
         holder.kill()  # SIGKILL: the kernel drops its lock
         holder.wait()
     assert reserve("things", [1, 2]).value == 1
+
+
+def test_runs_starting_together_import_the_docker_node_image_once() -> None:
+    import threading
+    import time
+
+    import docker.errors
+
+    from chaos.backends.image import built_tag, ensure_built_image
+
+    class Engine:  # the part of a Docker client ensure_built_image uses
+        def __init__(self) -> None:
+            self.imports = 0
+            self.images, self.api = self, self
+
+        def get(self, tag: str) -> str:
+            if not self.imports:
+                raise docker.errors.ImageNotFound(tag)
+            return tag
+
+        def import_image_from_data(self, data: bytes, **kw: object) -> None:
+            time.sleep(0.2)  # long enough for the other run to look and find nothing
+            self.imports += 1
+
+    engine = Engine()
+    tags: list[str] = []
+    threads = [threading.Thread(target=lambda: tags.append(ensure_built_image(engine))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert tags == [built_tag()] * 2 and engine.imports == 1
