@@ -3,13 +3,18 @@
 Loaded automatically when chaos is installed (``pytest11`` entry point). Settings take effect in
 this order: command line > environment > ini file > default.
 
-========================  ==================  ===================  ===========================
-command line              environment         ini                  default
-========================  ==================  ===================  ===========================
-``--chaos-runs-dir``      ``CHAOS_RUNS_DIR``  ``chaos_runs_dir``   ``<pytest basetemp>/chaos``
-``--chaos-no-reference``                      ``chaos_reference``  reference runs on
-``--chaos-backend``                                                each scenario's own
-========================  ==================  ===================  ===========================
+=========================  =====================  ======================  ===========================
+command line               environment            ini                     default
+=========================  =====================  ======================  ===========================
+``--chaos-runs-dir``       ``CHAOS_RUNS_DIR``     ``chaos_runs_dir``      ``<pytest basetemp>/chaos``
+``--chaos-no-reference``                          ``chaos_reference``     reference runs on
+``--chaos-backend``                                                       each scenario's own
+``--chaos-derandomize``    ``CHAOS_DERANDOMIZE``  ``chaos_derandomize``   ``never`` (or ``ci``, ``always``)
+=========================  =====================  ======================  ===========================
+
+``--chaos-derandomize`` decides whether :func:`chaos.strategies.chaos_settings` fixes the examples
+of ``@given(schedule=schedules(...))`` tests (``ci``: only under ``CI=true``). A failing test's
+report names the Hypothesis seed to rerun it with and each chaos run's replay command.
 
 ``@pytest.mark.chaos(requires=["root", "docker"])`` skips a test whose capabilities the machine
 lacks, with the reason; under ``CI=true`` the test fails instead, so CI cannot pass by skipping.
@@ -39,11 +44,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run every scenario on this backend instead of its own")
     group.addoption("--chaos-no-reference", action="store_true", default=None,
                     help="skip fault-free reference runs (equivalent_to_reference becomes unknown)")
+    group.addoption("--chaos-derandomize", default=None, choices=["never", "ci", "always"],
+                    help="fixed examples for @given(schedule=schedules(...)) tests with chaos_settings(): never "
+                    "(default), ci (when CI=true) or always")
     parser.addini("chaos_runs_dir", "where chaos run directories are kept", default="")
+    parser.addini("chaos_derandomize", "never, ci or always: when chaos_settings() derandomizes", default="")
     parser.addini("chaos_reference", "run fault-free reference runs (true/false)", default="true")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    policy = config.getoption("--chaos-derandomize") or str(config.getini("chaos_derandomize") or "")
+    if policy:
+        from chaos.strategies import settings as chaos_strategy_settings
+
+        if policy not in ("never", "ci", "always"):
+            raise pytest.UsageError(f"chaos_derandomize = {policy!r}: use never, ci or always")
+        chaos_strategy_settings.DERANDOMIZE_POLICY = policy
     config.addinivalue_line(
         "markers",
         "chaos(requires=[...]): a test that runs chaos scenarios; `requires` names capabilities "
@@ -127,6 +143,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     results = item.stash.get(RESULTS_KEY, None)
     if results and report.when == "call" and report.failed:
         lines = []
+        seed = getattr(getattr(item, "obj", None), "_hypothesis_internal_use_generated_seed", None)
+        if seed is not None:
+            lines.append(f"hypothesis seed {seed}: rerun with pytest --hypothesis-seed={seed} "
+                         "(the last run below is the falsifying example's)")
         for r in results:
             lines.append(f"{r.run_id}: {'ok' if r.ok else 'NOT OK'} ({r.status})")
             lines.append(f"  run directory: {r.run_dir}")

@@ -32,8 +32,11 @@ class Schedule:
         """One line per fault, e.g. ``kill rank 0 with SIGKILL at step 10 (checkpoint_write)``."""
         return [spec.describe() for spec in self.faults]
 
-    def __repr__(self) -> str:  # what Hypothesis prints for a falsifying example
+    def __repr__(self) -> str:
         return "Schedule[" + "; ".join(self.describe()) + "]" if self.faults else "Schedule[no faults]"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # what Hypothesis prints for a failing example
+        p.text(repr(self))
 
     def to_data(self) -> list[dict[str, Any]]:
         """The schedule as scenario YAML data (defaults left out)."""
