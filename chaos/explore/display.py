@@ -89,7 +89,8 @@ class ExploreDisplay:
 def print_explore_result(console: Console, result: ExploreResult) -> None:
     """The summary: the minimal failing schedule, its verdicts, the file written and the replay command;
     or that nothing failed within the budget."""
-    console.print(f"{result.runs} run(s) in {result.elapsed_s:.0f} s ({result.generated} generated); "
+    again = f", {result.repeats} drawn again and not rerun" if result.repeats else ""
+    console.print(f"{result.runs} run(s) in {result.elapsed_s:.0f} s ({result.generated} generated{again}); "
                   f"stopped: {result.stopped}", highlight=False)
     if result.minimal is None or result.minimal.result is None:
         console.print(f"[green]no failing schedule found[/] (seed {result.seed}); every held check passed or could "

@@ -86,6 +86,7 @@ class ExploreResult:
     elapsed_s: float
     stopped: str  # why the search ended
     reference_note: str = ""
+    repeats: int = 0
 
     @property
     def found(self) -> bool:
@@ -106,7 +107,7 @@ class ExploreResult:
     def to_json(self) -> dict[str, Any]:
         return {"scenario": self.scenario.name, "out_dir": str(self.out_dir), "seed": self.seed, "found": self.found,
                 "stopped": self.stopped, "elapsed_s": round(self.elapsed_s, 1), "runs": self.runs,
-                "examples_generated": self.generated, "reference": self.reference_note,
+                "examples_generated": self.generated, "repeats": self.repeats, "reference": self.reference_note,
                 "minimal": self.minimal.to_json() if self.minimal else None,
                 "minimal_scenario": str(self.scenario_path) if self.scenario_path else None,
                 "replay": self.replay_command(), "examples": [e.to_json() for e in self.examples]}
@@ -168,6 +169,7 @@ class Explorer:
         self._memo: dict[str, Example] = {}
         self._best: Example | None = None
         self._shrink_spent = False
+        self.repeats = 0  # schedules drawn again (answered from the memo, not run)
         self._t0 = 0.0
 
     # -- the search -----------------------------------------------------------------------------
@@ -200,7 +202,7 @@ class Explorer:
             stopped = stop.why
         path = self._write_minimal(minimal) if minimal is not None else None
         result = ExploreResult(self.base, self.out_dir, self.seed, self.examples, minimal, path,
-                               time.time() - self._t0, stopped, self.reference_note)
+                               time.time() - self._t0, stopped, self.reference_note, self.repeats)
         (self.out_dir / "explore.json").write_text(json.dumps(result.to_json(), indent=1))
         return result
 
@@ -208,6 +210,7 @@ class Explorer:
         """Hypothesis's condition: does this schedule make a held check fail?"""
         seen = self._memo.get(schedule.key())
         if seen is not None:
+            self.repeats += 1
             return seen.failing
         phase = "shrink" if self._best is not None else "generate"
         if phase == "generate" and self.max_minutes is not None and time.time() - self._t0 > self.max_minutes * 60:
