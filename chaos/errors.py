@@ -36,3 +36,8 @@ class RunDirError(ChaosError):
     """A directory given as a run directory is not one (no scenario.yaml, no journal.jsonl).
 
     The message names the path and the fix. The CLI exits 2."""
+
+
+class StrategyError(ChaosError, ValueError):
+    """A schedule strategy was given an invalid argument (``max_faults=-1``, an unknown family, a
+    family the backend cannot carry out). The message names the argument and the fix."""
