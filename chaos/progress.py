@@ -17,7 +17,7 @@ class LiveProgress:
     Use as a context manager; call the instance with each event.
     """
 
-    def __init__(self, console: Console, steps: int, world_size: int) -> None:
+    def __init__(self, console: Console, steps: int | None, world_size: int) -> None:
         self.console = console
         self.steps = steps
         self.world_size = world_size
@@ -80,6 +80,8 @@ class LiveProgress:
                     self._say(e["t"], f"workers restarted (restart {e.get('restart', 0)} of their agent)")
         elif kind == "step":
             self.progress.update(self._task(e["rank"]), completed=e["step"])
+        elif kind == "log_progress" and e.get("rank") is not None:  # a black-box target's output line
+            self.progress.update(self._task(e["rank"]), completed=e["progress"])
         elif kind == "checkpoint_loaded" and e.get("rank") == 0:
             self._say(e["t"], f"restored {os.path.basename(e['path'])} (step {e['step']})")
         elif kind == "checkpoint_load_failed" and e.get("rank") == 0:
