@@ -71,10 +71,11 @@ def describe_progress(history: History) -> str:
 def errors(history: History, after: float, until: float | None = None, limit: int = 2) -> list[str]:
     """The last distinct error lines of the workers started in (after, until], each as ``ranks R
     (restart K) printed error`` (a worker running when a fault hit is expected to fail: not these)."""
-    started = {e["pid"]: e["t"] for e in history.probe("start") if e.get("pid") is not None}
+    started: dict[int, float] = {e["pid"]: float(e["t"]) for e in history.probe("start") if e.get("pid") is not None}
 
     def since(e: Event) -> float:
-        return started.get(e.get("pid"), e["t"])  # an unseen worker's: when it printed
+        pid = e.get("pid")
+        return started[pid] if pid in started else float(e["t"])  # an unseen worker's: when it printed
 
     found = [e for e in history.of("log_error") if since(e) > after and (until is None or since(e) <= until)]
     by_error: dict[str, list[Event]] = {}
