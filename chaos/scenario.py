@@ -204,7 +204,8 @@ class Trigger(_Model):
         "within one runner tick (20 ms), so a save that takes longer is hit while the file is being written.")
     change: ChangeKind = Field(
         default="any", description="With on_checkpoint: `created` = the file appears; `modified` = an existing "
-        "file begins to be rewritten (its size, mtime or inode changes after it was still for 0.1 s); `any` = either.")
+        "file begins to be rewritten (it shrinks, as open(path, 'wb') truncates it, or is replaced, or changes "
+        "after it was still for 0.5 s); `any` = either.")
     count: int = Field(default=1, ge=1, description="With on_log or on_checkpoint: fire at the N-th match (1 = the first).")
 
     @model_validator(mode="after")

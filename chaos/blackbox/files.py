@@ -1,9 +1,9 @@
 """A black-box job's checkpoint files, watched from outside: when they change, and whether they load.
 
 :class:`FileWatch` stats every file matching the watched patterns on each runner tick and reports
-*changes*: ``created`` (the path appears), ``modified`` (an existing file's size, mtime or inode changes
-after it had been still for ``QUIET_S`` — a rewrite begins; the growth that follows is the same
-change), ``deleted``. A file that has been still for ``settle_s`` since its last change is *due* for a
+*changes*: ``created`` (the path appears), ``modified`` (a rewrite begins: an existing file shrinks —
+``open(path, "wb")`` truncates it —, is replaced by another inode, or changes after it had been still
+for ``QUIET_S``; the growth that follows is the same change), ``deleted``. A file that has been still for ``settle_s`` since its last change is *due* for a
 loadable test. :class:`Tester` runs the tests on a thread of its own (a test may take seconds), and
 discards a result if the file changed while it was being tested.
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 from chaos.blackbox.loadable import LoadTest
 
-QUIET_S = 0.1  # still this long, a file's next change is a new rewrite
+QUIET_S = 0.5  # still this long, a file's next change is a new rewrite (a pause inside one save is shorter)
 
 
 @dataclass
@@ -96,7 +96,7 @@ class FileWatch:
                 self.files[path] = FileState(size, mtime, ino, now)
                 out.append(Change(path, "created", size, now))
             elif (size, mtime, ino) != (old.size, old.mtime_ns, old.ino):
-                if now - old.changed_at >= QUIET_S:
+                if size < old.size or ino != old.ino or now - old.changed_at >= QUIET_S:
                     out.append(Change(path, "modified", size, now))
                 old.size, old.mtime_ns, old.ino, old.changed_at, old.tested = size, mtime, ino, now, False
         for path in [p for p in self.files if p not in current]:
