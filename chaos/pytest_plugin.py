@@ -135,7 +135,8 @@ def _resolve(scenario: str | Path | Scenario | dict[str, Any], overrides: dict[s
     source: Path | None = None
     if isinstance(scenario, Scenario):
         data, source = scenario.model_dump(mode="json"), scenario.source
-        data["target"]["script"] = str(scenario.script_path)
+        if data["target"].get("script"):  # (a target given as a command keeps its own, resolved at load)
+            data["target"]["script"] = str(scenario.script_path)
     elif isinstance(scenario, str | Path):
         source = Path(scenario)
         data = load_scenario(source).model_dump(mode="json")
