@@ -39,7 +39,8 @@ def reference_key(scenario: Scenario) -> str:
     t, b = scenario.target, scenario.backend
     blob = {
         "script_sha256": hashlib.sha256(scenario.script_path.read_bytes()).hexdigest(),
-        "args": t.args, **({"command": t.command} if t.command else {}), "steps": t.steps, "seed": t.seed, "checkpoint_every": t.checkpoint_every, "env": t.env,
+        "args": t.args, "steps": t.steps, "seed": t.seed, "checkpoint_every": t.checkpoint_every, "env": t.env,
+        **({"command": t.command} if t.command else {}),
         "nodes": b.nodes, "nproc_per_node": b.nproc_per_node,
         "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
     }

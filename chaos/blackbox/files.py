@@ -3,9 +3,10 @@
 :class:`FileWatch` stats every file matching the watched patterns on each runner tick and reports
 *changes*: ``created`` (the path appears), ``modified`` (a rewrite begins: an existing file shrinks —
 ``open(path, "wb")`` truncates it —, is replaced by another inode, or changes after it had been still
-for ``QUIET_S``; the growth that follows is the same change), ``deleted``. A file that has been still for ``settle_s`` since its last change is *due* for a
-loadable test. :class:`Tester` runs the tests on a thread of its own (a test may take seconds), and
-discards a result if the file changed while it was being tested.
+for ``QUIET_S``; the growth that follows is the same change), ``deleted``. A file that has been still
+for ``settle_s`` since its last change is *due* for a loadable test. :class:`LoadTester` runs the tests
+on a thread of its own (a test may take seconds), and discards a result if the file changed while it
+was being tested.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ class FileWatch:
         return None if state is None else (time.time() if now is None else now) - state.changed_at
 
 
-class Tester:
+class LoadTester:
     """Runs loadable tests on one background thread; :meth:`results` collects what finished."""
 
     def __init__(self, test: LoadTest, disk_path: Callable[[str], str]) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends.base import Backend
-from chaos.blackbox.files import Change, FileWatch, Tester
+from chaos.blackbox.files import Change, FileWatch, LoadTester
 from chaos.blackbox.loadable import load_test
 from chaos.blackbox.logs import MAX_LINE, Line, LineParser, LogTail, is_error
 from chaos.blackbox.spec import BlackboxSpec, resolve_pattern
@@ -68,7 +68,7 @@ class Observer:
         if spec.loadable_command is None and spec.loadable_function is None:
             import torch  # noqa: F401  (the default test loads with torch: import it now, not mid-run on the
             # tester's thread, where it would hold the GIL for seconds and delay the triggers)
-        self.tester = Tester(load_test(spec, base_dir, run_dir), self.files.disk_path)
+        self.tester = LoadTester(load_test(spec, base_dir, run_dir), self.files.disk_path)
         self._errors: Counter[Any] = Counter()
         self._next_scan = 0.0
         self._next_orphans = time.time() + ORPHANS_EVERY_S
