@@ -214,7 +214,8 @@ class Nemesis:
         p.fired_at = time.time()
         t_rel = p.fired_at - (self.t0 or p.fired_at)
         base = {"fault_id": p.id, "fault": p.spec.fault, "description": p.fault.describe(),
-                "trigger": p.spec.trigger.model_dump(exclude_none=True), "t_rel_s": round(t_rel, 3), **(extra or {})}
+                "trigger": p.spec.trigger.model_dump(exclude_none=True), "t_rel_s": round(t_rel, 3),
+                "t_inject": p.fired_at, **(extra or {})}  # t_inject: when it began to act (t: once it had)
         if step is not None:
             base["step"] = step
             base["ranks_at_gate"] = sorted(p.arrived)

@@ -241,3 +241,18 @@ def test_checks_that_need_the_probe_say_unknown_and_why():
         assert v.status == "unknown", name
         assert "import chaos.probe in the target" in v.explanation
     assert "no parameter digests" in judge("equivalent_to_reference", kill_run()).explanation
+
+
+def test_a_worker_restarted_before_the_kill_was_recorded_is_the_kill_s_restart():
+    # fault_inject is recorded once the killed process is gone; torchrun may restart the group before
+    # that, and a black-box worker is seen from its create time: the kill counts from t_inject
+    late = [{**e, "t": 4.5, "t_inject": 3.2} if e["kind"] == "fault_inject" else e for e in kill_run()]
+    v = judge("restored_from_checkpoint", late)
+    assert v.status == "ok", v.explanation
+
+
+def test_progress_is_the_slowest_rank_s_a_rank_that_began_the_next_epoch_waits_for_the_others():
+    events = [*before_kill(), epoch(1, 3, 101, 0, 3.1), *kill(), checked("fault", 3.3, fault_id="f0"), *resumed(),
+              *finished()]
+    v = judge("progress_lost", events)
+    assert (v.status, v.value) == ("ok", 1.0), v.explanation

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from chaos.blackbox.checks.view import describe_progress, errors, last_progress, unit, variant
+from chaos.blackbox.checks.view import describe_progress, errors, fault_t, last_progress, unit, variant
 from chaos.checks.base import CheckContext, Verdict
 from chaos.checks.completion import _crashed_agent_exits, _log_tails
 from chaos.history import History
@@ -30,7 +30,7 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
     bad = [e for e in exits if e.get("exit_code") != 0 and id(e) not in crashed]
     if bad:
         codes = ", ".join(f"node {e['node']} exited {e['exit_code']}" for e in bad)
-        after = max((f["t"] for f in history.faults()), default=0.0)
+        after = max((fault_t(f) for f in history.faults()), default=0.0)
         parts = [f"torchrun agent failed: {codes}; {where}", *errors(history, after), *_log_tails(history)]
         return Verdict(name, "failed", "; ".join(dict.fromkeys(parts)), events=bad[:3])
     starts = history.probe("start")

@@ -37,7 +37,7 @@ def _judge(history: History, k: Kill) -> tuple[list[str], list[str]]:
         problems.append(f"{_torn(k)}{held} — it was being rewritten when the fault hit, so the progress it held is lost")
     silent = [rank for rank, r in sorted(k.ranks.items()) if r.first is None]
     if silent:
-        why = errors(history, k.fault["t"], k.until, limit=1)
+        why = errors(history, k.t, k.until, limit=1)
         starts = sum(len(k.ranks[rank].starts) for rank in silent)
         problems.append(f"{'rank' if len(silent) == 1 else 'ranks'} {', '.join(map(str, silent))} never printed "
                         f"progress again ({starts} worker start(s) after the fault)" + (f": {why[0]}" if why else ""))
@@ -79,7 +79,7 @@ def _rewritten_after(history: History, k: Kill) -> bool:
     """A checkpoint file changed after the last 'saved' line and before the fault (a save whose line
     the fault cut off)."""
     after = k.saved_before["t"] if k.saved_before is not None else 0.0
-    return any(after < e["t"] < k.fault["t"] for e in history.of("checkpoint_change"))
+    return any(after < e["t"] < k.t for e in history.of("checkpoint_change"))
 
 
 @variant("restored_from_checkpoint")
@@ -149,7 +149,7 @@ def recovery_time(history: History, ctx: CheckContext) -> Verdict:
         if not firsts or any(f is None for f in firsts):
             return Verdict(name_, "failed", f"after {k.label()} the job never printed progress on every rank again",
                            events=[k.fault])
-        times.append(max(f["t"] for f in firsts if f is not None) - k.fault["t"])
+        times.append(max(f["t"] for f in firsts if f is not None) - k.t)
         parts.append(f"{k.label()}: every rank printed progress again {times[-1]:.2f} s later")
     worst = max(times)
     failed = bound is not None and worst > float(bound)

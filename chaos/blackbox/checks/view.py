@@ -41,6 +41,12 @@ def name(path: str | None) -> str:
     return os.path.basename(path or "?")
 
 
+def fault_t(fault: Event) -> float:
+    """When a fault began to act. A killed worker can be restarted before its ``fault_inject`` is recorded
+    (that waits until the process is gone), and a restarted black-box worker is seen from its create time."""
+    return float(fault.get("t_inject") or fault["t"])
+
+
 def progress(history: History) -> list[Event]:
     return history.of("log_progress")
 
@@ -106,11 +112,15 @@ class Kill:
 
     fault: Event
     until: float | None
-    last_before: int | None  # highest counter value printed before the fault
+    last_before: int | None  # the job's progress at the fault: the least of each rank's last counter value
     saved_before: Event | None  # the last log_checkpoint_saved before the fault
     at_fault: list[Event]  # checkpoint_checked right after the fault
     loadable_before: list[Event]  # checkpoint_checked ok before the fault
     ranks: dict[int, RankAfter] = field(default_factory=dict)
+
+    @property
+    def t(self) -> float:
+        return fault_t(self.fault)
 
     def label(self) -> str:
         return f"{self.fault.get('description', self.fault.get('fault'))} (t+{self.fault.get('t_rel_s', 0):.1f}s)"
@@ -121,12 +131,13 @@ def kills(history: History) -> list[Kill]:
     faults = [r.fault for r in restores(history)]
     out = []
     for i, f in enumerate(faults):
-        t = f["t"]
-        until = faults[i + 1]["t"] if i + 1 < len(faults) else None
-        before = [int(e["progress"]) for e in progress(history) if e["t"] < t]
+        t = fault_t(f)
+        until = fault_t(faults[i + 1]) if i + 1 < len(faults) else None
+        # ranks of a data-parallel job step together: one that printed the next epoch's first line waits for the others
+        before = list(last_progress(history, before=t).values())
         saved = [e for e in history.of("log_checkpoint_saved") if e["t"] < t]
         checked = history.of("checkpoint_checked")
-        k = Kill(fault=f, until=until, last_before=max(before) if before else None,
+        k = Kill(fault=f, until=until, last_before=min(before) if before else None,
                  saved_before=saved[-1] if saved else None,
                  at_fault=[e for e in checked if e.get("when") == "fault" and e.get("fault_id") == f.get("fault_id")],
                  loadable_before=[e for e in checked if e["t"] < t and e.get("ok") is True])
