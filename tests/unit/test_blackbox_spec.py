@@ -81,7 +81,7 @@ def test_torchrun_options_that_contradict_the_backend_name_both_and_the_fix() ->
 def test_bundled_blackbox_scenarios_load_with_their_command_and_black_box_defaults(tmp_path: Path) -> None:
     s = load_scenario(REPO / "scenarios" / "blackbox-tutorial.yaml")
     assert s.script_path == Path(TUTORIAL)
-    assert s.target.launch_args()[:2] == ["--total-epochs", "5"] and s.blackbox is not None
+    assert s.target.launch_args()[:2] == ["--total-epochs", "4"] and s.blackbox is not None
     assert s.blackbox.counter == "epoch"
     assert s.schedule[0].trigger.describe() == r"when rank 0 prints /Epoch 1 \| Training snapshot saved/"
     plain = load_scenario(write(tmp_path, scenario()))
