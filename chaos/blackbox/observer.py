@@ -32,6 +32,7 @@ from chaos.blackbox.spec import BlackboxSpec, resolve_pattern
 from chaos.blackbox.triggers import watched_patterns
 from chaos.blackbox.workers import SeenWorker, WorkerScan
 from chaos.history import Event, RunnerLog
+from chaos.scenario import Trigger
 
 SCAN_EVERY_S = 0.1  # how often the agents' children are listed
 ORPHANS_EVERY_S = 1.0  # how often the log directory is searched for workers that died unseen
@@ -52,7 +53,7 @@ class Observer:
     """See the module docstring. :meth:`poll` on every runner tick; :meth:`after_faults` with the events
     the nemesis fired; :meth:`finish` once the job is gone."""
 
-    def __init__(self, spec: BlackboxSpec, triggers: list[Any], backend: Backend, run_dir: Path, base_dir: Path,
+    def __init__(self, spec: BlackboxSpec, triggers: list[Trigger], backend: Backend, run_dir: Path, base_dir: Path,
                  log: RunnerLog, disk: Any = None) -> None:
         self.spec = spec
         self.backend = backend

@@ -66,7 +66,7 @@ class WorkerScan:
         for node, agent in self.agents().items():
             try:
                 todo = psutil.Process(agent).children()
-            except psutil.NoSuchProcess:
+            except psutil.Error:  # gone, or a zombie not yet reaped
                 continue
             while todo:
                 proc = todo.pop()
@@ -80,6 +80,6 @@ class WorkerScan:
                     continue
                 try:
                     todo.extend(proc.children())
-                except psutil.NoSuchProcess:
+                except psutil.Error:
                     continue
         return sorted(new, key=lambda w: (w.started, w.rank))
