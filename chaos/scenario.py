@@ -206,7 +206,8 @@ class Trigger(_Model):
         default="any", description="With on_checkpoint: `created` = the file appears; `modified` = an existing "
         "file begins to be rewritten (it shrinks, as open(path, 'wb') truncates it, or is replaced, or changes "
         "after it was still for 0.5 s); `any` = either.")
-    count: int = Field(default=1, ge=1, description="With on_log or on_checkpoint: fire at the N-th match (1 = the first).")
+    count: int = Field(default=1, ge=1, description="With on_log or on_checkpoint: fire at the N-th match (1 = the "
+                       "first). on_log counts every rank's lines (each rank prints its own copy): add `rank` to count one.")
 
     @model_validator(mode="after")
     def _one_kind(self) -> Trigger:
