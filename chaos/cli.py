@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from rich.console import Console
 
-from chaos.errors import CapabilityError, ScenarioError
+from chaos.errors import CapabilityError, ScenarioError, StrategyError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -38,6 +38,26 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--deadline-s", type=float, default=None, help="override the scenario's deadline_s")
     run.add_argument("--json", action="store_true", help="print the result as JSON on stdout (no progress)")
 
+    exp = sub.add_parser("explore", help="run the target under generated fault schedules; shrink and write a failure",
+                         description="Each example is a real run. On a failure: shrink it, write the minimal failing "
+                         "schedule as a scenario file and print the `chaos run` command that replays it. Exit 0: "
+                         "nothing failed within the budget; 1: a failing schedule was found.")
+    exp.add_argument("scenario", type=Path, help="scenario YAML file: the target, backend and checks to hold")
+    exp.add_argument("--examples", type=int, default=None, help="schedules to generate (default 30 without --minutes)")
+    exp.add_argument("--minutes", type=float, default=None, help="stop generating after this many minutes")
+    exp.add_argument("--seed", type=int, default=None, help="seed of the search (default: random, printed)")
+    exp.add_argument("--families", default=None,
+                     help="comma-separated fault families: kill, pause, checkpoint, disk, network, node, sdc or a fault "
+                     "kind (default: those of the scenario's own schedule, else kill)")
+    exp.add_argument("--max-faults", type=int, default=3, help="most faults in one schedule (default 3)")
+    exp.add_argument("--checks", default=None, help="comma-separated checks to hold (default: the scenario's)")
+    exp.add_argument("--shrink-runs", type=int, default=30, help="most runs spent shrinking a failure (default 30)")
+    exp.add_argument("--target-args", default="", help="arguments appended to the target's, e.g. '--broken non-atomic-save'")
+    exp.add_argument("--runs-dir", type=Path, default=None, help="where the explore directory goes")
+    exp.add_argument("--no-database", action="store_true", help="do not read or write Hypothesis's example database")
+    exp.add_argument("--no-reference", action="store_true", help="skip the fault-free reference run")
+    exp.add_argument("--json", action="store_true", help="print the result as JSON on stdout (no progress)")
+
     val = sub.add_parser("validate", help="validate scenario files without running them")
     val.add_argument("scenarios", type=Path, nargs="+")
     val.add_argument("--json", action="store_true")
@@ -54,9 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        commands = {"run": cmd_run, "validate": cmd_validate, "list": cmd_list, "doctor": cmd_doctor}
+        commands = {"run": cmd_run, "explore": cmd_explore, "validate": cmd_validate, "list": cmd_list,
+                    "doctor": cmd_doctor}
         return commands[args.command](args)
-    except (ScenarioError, CapabilityError) as exc:
+    except (ScenarioError, CapabilityError, StrategyError) as exc:
         if getattr(args, "json", False):
             problems = exc.problems if isinstance(exc, ScenarioError) else [str(exc)]
             print(json.dumps({"ok": False, "error": type(exc).__name__, "problems": problems}))
@@ -92,6 +113,35 @@ def cmd_run(args: argparse.Namespace) -> int:
                               deadline_s=args.deadline_s)
     print_result(console, result)
     return result.exit_code
+
+
+def _names(value: str | None) -> list[str] | None:
+    return [n.strip() for n in value.split(",") if n.strip()] if value is not None else None
+
+
+def cmd_explore(args: argparse.Namespace) -> int:
+    import shlex
+
+    from chaos.derive import derive_scenario
+    from chaos.explore import Explorer
+    from chaos.explore.display import ExploreDisplay, print_explore_result
+
+    scenario = derive_scenario(args.scenario, extra_args=shlex.split(args.target_args))
+    families = _names(args.families) or sorted({f.fault for f in scenario.schedule}) or ["kill"]
+    examples = args.examples if args.examples is not None or args.minutes is not None else 30
+    explorer = Explorer(scenario, families=families, max_faults=args.max_faults, max_examples=examples,
+                        max_minutes=args.minutes, shrink_runs=args.shrink_runs, seed=args.seed, checks=_names(args.checks),
+                        runs_dir=args.runs_dir, database=not args.no_database, reference=not args.no_reference)
+    if args.json:
+        result = explorer.run()
+        print(json.dumps(result.to_json(), indent=1, default=str))
+    else:
+        console = Console()
+        with ExploreDisplay(console) as display:
+            explorer.observer = display
+            result = explorer.run()
+        print_explore_result(console, result)
+    return EXIT_FAILED if result.found else EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

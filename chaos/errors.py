@@ -30,3 +30,8 @@ class CapabilityError(ChaosError):
     def __init__(self, missing: str, message: str) -> None:
         self.missing = missing
         super().__init__(message)
+
+
+class StrategyError(ChaosError, ValueError):
+    """A schedule strategy was given an invalid argument (``max_faults=-1``, an unknown family, a
+    family the backend cannot carry out). The message names the argument and the fix."""

@@ -3,13 +3,18 @@
 Loaded automatically when chaos is installed (``pytest11`` entry point). Settings take effect in
 this order: command line > environment > ini file > default.
 
-========================  ==================  ===================  ===========================
-command line              environment         ini                  default
-========================  ==================  ===================  ===========================
-``--chaos-runs-dir``      ``CHAOS_RUNS_DIR``  ``chaos_runs_dir``   ``<pytest basetemp>/chaos``
-``--chaos-no-reference``                      ``chaos_reference``  reference runs on
-``--chaos-backend``                                                each scenario's own
-========================  ==================  ===================  ===========================
+=========================  =====================  ======================  ===========================
+command line               environment            ini                     default
+=========================  =====================  ======================  ===========================
+``--chaos-runs-dir``       ``CHAOS_RUNS_DIR``     ``chaos_runs_dir``      ``<pytest basetemp>/chaos``
+``--chaos-no-reference``                          ``chaos_reference``     reference runs on
+``--chaos-backend``                                                       each scenario's own
+``--chaos-derandomize``    ``CHAOS_DERANDOMIZE``  ``chaos_derandomize``   ``never`` (or ``ci``, ``always``)
+=========================  =====================  ======================  ===========================
+
+``--chaos-derandomize`` decides whether :func:`chaos.strategies.chaos_settings` fixes the examples
+of ``@given(schedule=schedules(...))`` tests (``ci``: only under ``CI=true``). A failing test's
+report names the Hypothesis seed to rerun it with and each chaos run's replay command.
 
 ``@pytest.mark.chaos(requires=["root", "docker"])`` skips a test whose capabilities the machine
 lacks, with the reason; under ``CI=true`` the test fails instead, so CI cannot pass by skipping.
@@ -18,14 +23,14 @@ lacks, with the reason; under ``CI=true`` the test fails instead, so CI cannot p
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chaos.capabilities import missing
-from chaos.loader import load_scenario, scenario_from_dict
+from chaos.derive import derive_scenario
 from chaos.runner import RunResult, run_scenario
 from chaos.scenario import Scenario
 
@@ -39,11 +44,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run every scenario on this backend instead of its own")
     group.addoption("--chaos-no-reference", action="store_true", default=None,
                     help="skip fault-free reference runs (equivalent_to_reference becomes unknown)")
+    group.addoption("--chaos-derandomize", default=None, choices=["never", "ci", "always"],
+                    help="fixed examples for @given(schedule=schedules(...)) tests with chaos_settings(): never "
+                    "(default), ci (when CI=true) or always")
     parser.addini("chaos_runs_dir", "where chaos run directories are kept", default="")
+    parser.addini("chaos_derandomize", "never, ci or always: when chaos_settings() derandomizes", default="")
     parser.addini("chaos_reference", "run fault-free reference runs (true/false)", default="true")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    policy = config.getoption("--chaos-derandomize") or str(config.getini("chaos_derandomize") or "")
+    if policy:
+        from chaos.strategies import settings as chaos_strategy_settings
+
+        if policy not in ("never", "ci", "always"):
+            raise pytest.UsageError(f"chaos_derandomize = {policy!r}: use never, ci or always")
+        chaos_strategy_settings.DERANDOMIZE_POLICY = policy
     config.addinivalue_line(
         "markers",
         "chaos(requires=[...]): a test that runs chaos scenarios; `requires` names capabilities "
@@ -80,13 +96,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(f"lacks {reason}")
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
 ChaosRun = Callable[..., RunResult]
 
 
@@ -98,7 +107,9 @@ def chaos_run(request: pytest.FixtureRequest) -> ChaosRun:
     path to a YAML file (a relative path is looked up in the working directory, then in pytest's
     rootdir), a :class:`~chaos.scenario.Scenario`, or a dict of scenario data.
     ``overrides`` is merged into the scenario's data (dicts merge, other values replace);
-    ``extra_args`` are appended to the target's arguments (e.g. ``["--broken", "non-atomic-save"]``).
+    ``extra_args`` are appended to the target's arguments (e.g. ``["--broken", "non-atomic-save"]``);
+    ``schedule`` replaces the scenario's schedule (a :class:`~chaos.strategies.Schedule` drawn by
+    ``@given(schedule=schedules(...))``, or a list of fault specs or dicts).
     Raises :class:`~chaos.errors.ScenarioError` for an invalid scenario. Assert with
     ``result.assert_ok()``, whose message lists each failed check and the journal's path.
     """
@@ -107,7 +118,8 @@ def chaos_run(request: pytest.FixtureRequest) -> ChaosRun:
     request.node.stash[RESULTS_KEY] = results
 
     def run(scenario: str | Path | Scenario | dict[str, Any], overrides: dict[str, Any] | None = None,
-            extra_args: list[str] | tuple[str, ...] = (), deadline_s: float | None = None) -> RunResult:
+            extra_args: list[str] | tuple[str, ...] = (), deadline_s: float | None = None,
+            schedule: Iterable[Any] | None = None) -> RunResult:
         backend = config.getoption("--chaos-backend")
         if backend:
             overrides = {**(overrides or {}), "backend": {**(overrides or {}).get("backend", {}), "kind": backend}}
@@ -115,7 +127,7 @@ def chaos_run(request: pytest.FixtureRequest) -> ChaosRun:
             # a relative path: from the working directory, else from pytest's rootdir
             candidate = Path(config.rootpath) / scenario
             scenario = candidate if candidate.exists() else scenario
-        s = _resolve(scenario, overrides, list(extra_args))
+        s = derive_scenario(scenario, overrides, extra_args, schedule)
         result = run_scenario(s, _runs_dir(config), reference=_reference(config), deadline_s=deadline_s)
         results.append(result)
         if result.status == "interrupted":
@@ -125,41 +137,16 @@ def chaos_run(request: pytest.FixtureRequest) -> ChaosRun:
     return run
 
 
-def _resolve(scenario: str | Path | Scenario | dict[str, Any], overrides: dict[str, Any] | None,
-             extra_args: list[str]) -> Scenario:
-    if not overrides and not extra_args:
-        if isinstance(scenario, Scenario):
-            return scenario
-        if isinstance(scenario, str | Path):
-            return load_scenario(scenario)
-    source: Path | None = None
-    if isinstance(scenario, Scenario):
-        data, source = scenario.model_dump(mode="json"), scenario.source
-        if data["target"].get("script"):  # (a target given as a command keeps its own, resolved at load)
-            data["target"]["script"] = str(scenario.script_path)
-    elif isinstance(scenario, str | Path):
-        source = Path(scenario)
-        data = load_scenario(source).model_dump(mode="json")
-    else:
-        data = dict(scenario)
-    new_kind = ((overrides or {}).get("backend") or {}).get("kind")
-    if new_kind and isinstance(data.get("backend"), dict) and data["backend"].get("kind") != new_kind:
-        # another backend: keep the shared settings (nodes, rendezvous, ...), drop the old kind's own
-        from chaos.scenario import _NodesSpec
-
-        data["backend"] = {k: v for k, v in data["backend"].items() if k in _NodesSpec.model_fields}
-    data = _merge(data, overrides or {})
-    if extra_args:
-        data["target"] = {**data["target"], "args": [*data["target"].get("args", []), *extra_args]}
-    return scenario_from_dict(data, source=source)
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     results = item.stash.get(RESULTS_KEY, None)
     if results and report.when == "call" and report.failed:
         lines = []
+        seed = getattr(getattr(item, "obj", None), "_hypothesis_internal_use_generated_seed", None)
+        if seed is not None:
+            lines.append(f"hypothesis seed {seed}: rerun with pytest --hypothesis-seed={seed} "
+                         "(the last run below is the falsifying example's)")
         for r in results:
             lines.append(f"{r.run_id}: {'ok' if r.ok else 'NOT OK'} ({r.status})")
             lines.append(f"  run directory: {r.run_dir}")

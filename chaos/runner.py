@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tenacity import retry, retry_if_exception_type, stop_after_attempt
 
 from chaos.backends import LaunchSpec, make_backend
 from chaos.blackbox.observer import Observer as BlackboxObserver
@@ -141,7 +142,22 @@ class _Interrupted(BaseException):
 
 
 def new_run_id(name: str) -> str:
-    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    """``<name>-<YYYYmmdd-HHMMSS>-<8 hex>``. Everything a run makes is named after its id (namespaces,
+    links, chains, containers, and ``CHAOS_RUN_ID``, by which teardown kills what is left), so two
+    runs must never share one, even when they start in the same second with different runs
+    directories (``pytest -n``): 32 random bits make that a 1 in 4·10⁹ chance."""
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+
+
+@retry(retry=retry_if_exception_type(FileExistsError), stop=stop_after_attempt(5), reraise=True)
+def make_run_dir(runs_dir: Path, name: str) -> tuple[str, Path]:
+    """A new run id and its directory ``<runs_dir>/<run id>``, made exclusively (``mkdir`` fails if it
+    exists), so no two runs ever write to one directory; on a clash, again with a new id."""
+    run_id = new_run_id(name)
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = (runs_dir / run_id).resolve()
+    run_dir.mkdir(exist_ok=False)
+    return run_id, run_dir
 
 
 def _fill_args(scenario: Scenario, run_dir: Path) -> list[str]:
@@ -159,13 +175,7 @@ def _torchrun_args(scenario: Scenario) -> list[str]:
 
 
 def _dump_scenario(scenario: Scenario, path: Path) -> None:
-    data = scenario.model_dump(mode="json", exclude_defaults=False)
-    cmd = scenario.target.parsed_command()
-    if cmd is None:
-        data["target"]["script"] = str(scenario.script_path)
-    else:  # the script is the word before its own arguments
-        data["target"]["command"][len(data["target"]["command"]) - len(cmd.args) - 1] = str(scenario.script_path)
-    data["checks"] = [{c.name: c.params} if c.params else c.name for c in scenario.checks]
+    data = scenario.to_data()
     path.write_text(f"# run as {scenario.name}; source: {scenario.source}\n" + yaml.safe_dump(data, sort_keys=False))
 
 
@@ -229,8 +239,7 @@ class _Run:
         self.scenario = scenario
         self.observer = observer
         self.deadline_s = deadline_s
-        self.run_id = new_run_id(scenario.name)
-        self.run_dir = (runs_dir / self.run_id).resolve()
+        self.run_id, self.run_dir = make_run_dir(runs_dir, scenario.name)
         for sub in ("events", "control", "checkpoints", "logs"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         _dump_scenario(scenario, self.run_dir / "scenario.yaml")

@@ -222,7 +222,8 @@ class Trigger(_Model):
     def describe(self) -> str:
         nth = "" if self.count == 1 else f" ({_ordinal(self.count)} time)"
         if self.at_step is not None:
-            where = "" if self.on_event == "step" else f" ({self.on_event})"
+            of = f" of rank {self.rank}" if self.rank is not None else ""
+            where = f" ({self.on_event}{of})" if self.on_event != "step" else (f" (rank {self.rank})" if of else "")
             return f"at step {self.at_step}{where}"
         if self.on_log is not None:
             who = f"rank {self.rank}" if self.rank is not None else "a rank"
@@ -590,3 +591,18 @@ class Scenario(_Model):
 
     def check_names(self) -> list[str]:
         return [c.name for c in self.checks]
+
+    def to_data(self, script_base: Path | None = None) -> dict[str, Any]:
+        """The scenario as YAML-ready data, which loads back to an equal scenario. The target's script
+        is absolute, or relative to ``script_base`` (the directory the file will be written in)."""
+        import os
+
+        data = self.model_dump(mode="json")
+        script = str(self.script_path) if script_base is None else os.path.relpath(self.script_path, script_base.resolve())
+        cmd = self.target.parsed_command()
+        if cmd is None:
+            data["target"]["script"] = script
+        else:  # a target given as a command: its script is the word before the script's own arguments
+            data["target"]["command"][len(data["target"]["command"]) - len(cmd.args) - 1] = script
+        data["checks"] = [{c.name: c.params} if c.params else c.name for c in self.checks]
+        return data

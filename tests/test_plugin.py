@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.conftest import SCENARIOS
@@ -53,3 +55,40 @@ def test_failed_run_lists_failed_checks_and_the_journal(pytester: pytest.Pyteste
         "*chaos runs*",
         "*run directory: *runs/kill-during-save-*",
     ])
+
+
+@pytest.mark.e2e
+@pytest.mark.chaos(requires=["torch", "sklearn"])
+def test_given_schedules_with_the_fixture(pytester: pytest.Pytester) -> None:
+    """The README's property test: @given(schedule=schedules(...)) with chaos_run; each example a real run."""
+    scenario = str(SCENARIOS / "explore-digits.yaml")
+    pytester.makepyfile(f"""
+        from hypothesis import Phase, given
+        from chaos.strategies import GatePoint, TargetShape, chaos_settings, schedules
+
+        SCENARIO = {scenario!r}
+
+        @chaos_settings(max_examples=2)
+        @given(schedule=schedules(SCENARIO, max_faults=1, families=["kill"]))
+        def test_any_kill(chaos_run, schedule):
+            chaos_run(SCENARIO, schedule=schedule).assert_ok()
+
+        # only kills in the middle of the step-10 save, on a target whose save is not atomic
+        SAVES = TargetShape(steps=60, checkpoint_every=10, max_restarts=2,
+                            save_points=(GatePoint("checkpoint_write", 10, 0),))
+
+        @chaos_settings(max_examples=1, phases=[Phase.generate])
+        @given(schedule=schedules(SAVES, max_faults=1, families=["kill"]).filter(
+            lambda s: all(f.trigger.on_event == "checkpoint_write" and f.select.rank == 0 for f in s)))
+        def test_kill_mid_save_on_a_broken_target(chaos_run, schedule):
+            chaos_run(SCENARIO, schedule=schedule, extra_args=["--broken", "non-atomic-save"]).assert_ok()
+    """)
+    result = pytester.runpytest_subprocess("--chaos-runs-dir", str(pytester.path / "runs"), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    for pattern in (r"test_kill_mid_save_on_a_broken_target\(\n.*\n.*schedule=Schedule\[kill rank 0 with SIG\w+ at step 10 "
+                    r"\(checkpoint_write\)\]",
+                    r"restored_from_checkpoint: FAILED.*ckpt-000010\.pt",
+                    r"hypothesis seed \d+: rerun with pytest --hypothesis-seed=\d+",
+                    r"replay: +chaos run \S+/scenario\.yaml"):
+        assert re.search(pattern, out), f"{pattern!r} not in the output:\n{out}"

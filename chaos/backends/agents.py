@@ -19,9 +19,10 @@ import psutil
 
 from chaos.backends.base import LaunchSpec, NodeNet
 from chaos.backends.procs import kill_run_processes, run_processes, signal_pids
-from chaos.backends.torchrun import AgentLogs, agent_env, error_lines, free_port, torchrun_args
+from chaos.backends.torchrun import AgentLogs, agent_env, error_lines, reserve_port, torchrun_args
 from chaos.errors import ChaosError
 from chaos.history import RunnerLog
+from chaos.reserve import Reservation
 from chaos.scenario import _NodesSpec
 
 TERM_GRACE_S = 3.0
@@ -47,6 +48,7 @@ class HostAgents:
         self.logs = AgentLogs(run_dir / "logs")
         self.launch: LaunchSpec | None = None
         self.port = 0
+        self._port: Reservation[int] | None = None  # held from start to teardown: no other run gets it
 
     # -- what a subclass decides ---------------------------------------------------------------
     def preflight(self) -> None:
@@ -78,7 +80,8 @@ class HostAgents:
     # -- the contract ----------------------------------------------------------------------------
     def start(self, launch: LaunchSpec) -> None:
         self.launch = launch
-        self.port = free_port()
+        self._port = reserve_port()
+        self.port = self._port.value
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.setup()
         for node in range(self.spec.nodes):
@@ -185,7 +188,7 @@ class HostAgents:
 
     def teardown(self) -> None:
         """Thaw, SIGTERM agents (torchrun then stops its workers), SIGKILL whatever of the run is left,
-        then remove what the nodes lived in."""
+        then remove what the nodes lived in and give back the rendezvous port's reservation."""
         for node in list(self._frozen):
             self.thaw_node(node)
         for proc in self.procs.values():
@@ -208,4 +211,8 @@ class HostAgents:
         if killed:
             self.log.record("teardown_killed", pids=killed)
         self.poll()
-        self.destroy()
+        try:
+            self.destroy()
+        finally:
+            if self._port is not None:
+                self._port.release()

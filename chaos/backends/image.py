@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import chaos
+from chaos.reserve import FileLock
 
 REPOSITORY = "chaos-node"
 LABEL = "chaos"  # every image, network and container chaos creates carries chaos=1
@@ -107,7 +108,9 @@ def _rootfs_tar() -> bytes:
 def ensure_built_image(client: Any) -> str:
     """The tag of the built node image, importing it first if this engine lacks it (about 0.1 s).
 
-    Raises ``docker.errors.DockerException`` if the engine refuses the import."""
+    Runs that start at once import it once: the look and the import happen under a machine-wide
+    lock (two imports would each make an image, and the second's tag would leave the first one
+    untagged behind). Raises ``docker.errors.DockerException`` if the engine refuses the import."""
     import docker.errors
 
     tag = built_tag()
@@ -116,11 +119,17 @@ def ensure_built_image(client: Any) -> str:
         return tag
     except docker.errors.ImageNotFound:
         pass
-    repo, _, version = tag.partition(":")
-    client.api.import_image_from_data(
-        _rootfs_tar(), repository=repo, tag=version,
-        changes=[f"LABEL {LABEL}=1", f"LABEL chaos.python={os.path.realpath(sys.executable)}"])
-    client.images.get(tag)  # raises ImageNotFound if the import did not land
+    with FileLock("docker-node-image"):
+        try:
+            client.images.get(tag)  # another run imported it while we waited
+            return tag
+        except docker.errors.ImageNotFound:
+            pass
+        repo, _, version = tag.partition(":")
+        client.api.import_image_from_data(
+            _rootfs_tar(), repository=repo, tag=version,
+            changes=[f"LABEL {LABEL}=1", f"LABEL chaos.python={os.path.realpath(sys.executable)}"])
+        client.images.get(tag)  # raises ImageNotFound if the import did not land
     return tag
 
 

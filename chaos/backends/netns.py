@@ -24,6 +24,7 @@ from chaos.errors import CapabilityError, ChaosError
 from chaos.history import RunnerLog
 from chaos.net.iptables import install_chain, remove_chain
 from chaos.net.netns import Netns
+from chaos.reserve import Reservation, reserve
 from chaos.scenario import NetnsBackendSpec
 
 NETNS_DIR = Path("/run/netns")
@@ -35,20 +36,30 @@ def run_token(run_id: str) -> str:
     return hashlib.sha1(run_id.encode()).hexdigest()[:6]
 
 
-def pick_subnet(spec_subnet: str | None, token: str) -> ipaddress.IPv4Network:
-    """``spec_subnet``, or a /24 in 10.213.0.0/16 that no address of this host is in."""
-    if spec_subnet:
-        net = ipaddress.IPv4Network(spec_subnet, strict=False)
-        if net.prefixlen > 26:
-            raise ChaosError(f"backend.subnet={spec_subnet} is too small; use a /24")
-        return net
+def pick_subnet(spec_subnet: str) -> ipaddress.IPv4Network:
+    """The subnet a scenario names (``backend.subnet``), checked to have room for the nodes."""
+    net = ipaddress.IPv4Network(spec_subnet, strict=False)
+    if net.prefixlen > 26:
+        raise ChaosError(f"backend.subnet={spec_subnet} is too small; use a /24")
+    return net
+
+
+def reserve_subnet() -> Reservation[ipaddress.IPv4Network]:
+    """The first /24 of 10.213.0.0/16 that no address of this host is in and no other run holds,
+    reserved machine-wide (:mod:`chaos.reserve`) until released.
+
+    A run's addresses exist only inside its namespaces, so no look at the host can see which /24s
+    other runs use, and two runs choosing at the same moment would pick the same one: the
+    reservation is what keeps them apart. (Two bridges could carry one subnet, but the host's
+    conntrack, which sees bridged packets when ``bridge-nf-call-iptables=1``, and anyone reading the
+    journals or a capture would mix the two runs up.) Raises :class:`~chaos.errors.ChaosError` if
+    none is left."""
     used = _host_networks()
-    start = int(token, 16) % 250
-    for k in range(250):
-        net = ipaddress.IPv4Network(f"10.213.{(start + k) % 250 + 1}.0/24")
-        if not any(net.overlaps(u) for u in used):  # runs' bridges are separate: they may share one
-            return net
-    raise ChaosError("no free /24 in 10.213.0.0/16; set backend.subnet")
+    pool = (ipaddress.IPv4Network(f"10.213.{k}.0/24") for k in range(1, 251))
+    try:
+        return reserve("subnets", pool, lambda net: not any(net.overlaps(u) for u in used))
+    except ChaosError as exc:
+        raise ChaosError(f"netns: no free /24 in 10.213.0.0/16 ({exc}); set backend.subnet") from exc
 
 
 def _host_networks() -> list[ipaddress.IPv4Network]:
@@ -73,6 +84,7 @@ class NetnsBackend(HostAgents):
         self.fwd_chain = f"CHAOS-{self.token}-FWD"
         self.subnet: ipaddress.IPv4Network | None = None
         self._subnet_spec = spec.subnet
+        self._subnet_lock: Reservation[ipaddress.IPv4Network] | None = None  # held until destroy
         self._made: list[str] = []  # namespaces created
 
     # -- names and addresses -----------------------------------------------------------------------
@@ -115,7 +127,11 @@ class NetnsBackend(HostAgents):
     def setup(self) -> None:
         from pyroute2 import IPRoute, NetNS, netns
 
-        self.subnet = pick_subnet(self._subnet_spec, self.token)
+        if self._subnet_spec:
+            self.subnet = pick_subnet(self._subnet_spec)
+        else:
+            self._subnet_lock = reserve_subnet()
+            self.subnet = self._subnet_lock.value
         made = {"bridge": self.bridge, "namespaces": [self.ns_name(n) for n in range(self.nodes)],
                 "subnet": str(self.subnet)}
         self.log.record("netns_setup", **made)  # before creating, so a crashed run's leftovers are known
@@ -181,6 +197,8 @@ class NetnsBackend(HostAgents):
             except ChaosError as exc:
                 self.log.record("netns_teardown_failed", what=self.fwd_chain, error=str(exc))
         self._made.clear()
+        if self._subnet_lock is not None:  # the namespaces are gone: another run may have the subnet
+            self._subnet_lock.release()
         if removed["namespaces"] or removed.get("links") or removed.get("chain"):
             self.log.record("netns_teardown", **removed)
 

@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 from chaos.backends.base import LaunchSpec
+from chaos.reserve import Reservation, reserve
 from chaos.scenario import _NodesSpec
 
 # torchrun's line for a failed worker: "failed (exitcode: -9) local_rank: 1 (pid: 2643) of binary: ..."
@@ -15,8 +16,35 @@ EXITCODE_RE = re.compile(rb"exitcode: (-?\d+)\)? local_rank: (\d+) \(pid: (\d+)\
 ERROR_LINE_RE = re.compile(r"^(?:\[rank\d+\]: )?(?:[\w.]*(?:Error|Exception)\b.*|\S+\.py: error: .*)$")
 
 
+# Rendezvous ports of the local backend: below Linux's ephemeral range (32768-60999 by default), so
+# no port the kernel hands out for bind(0) or an outgoing connection (torch picks its workers' store
+# port that way) can be one of these. Which run uses which is settled by a reservation (chaos.reserve).
+RDZV_PORTS = range(24600, 25600)
+
+
+def port_is_free(port: int) -> bool:
+    """True if a TCP socket can bind ``port`` on every IPv4 address right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+        return True
+
+
+def reserve_port() -> Reservation[int]:
+    """A rendezvous port for agents on this host's network, reserved machine-wide until released.
+
+    Choosing a free port and torchrun binding it are seconds apart; two runs choosing at the same
+    moment would otherwise pick the same one (a bind to port 0 frees it again at once). The
+    reservation keeps every other chaos run off the port for the run's lifetime, and the port is
+    outside the ephemeral range, so nothing else on the machine is handed it by the kernel.
+    Raises :class:`~chaos.errors.ChaosError` if every port of :data:`RDZV_PORTS` is taken."""
+    return reserve("ports", RDZV_PORTS, port_is_free)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the local rendezvous port)."""
+    """A TCP port on 127.0.0.1 that was free a moment ago (unreserved: for one-off tools only)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -196,6 +196,12 @@ class Delay(_QdiscFault):
         self._delayer: Delayer | None = None
 
     def _queue(self, env: FaultEnv) -> int:
+        """The NFQUEUE number, from the chain's name. Queue numbers are per network namespace
+        (nfnetlink_queue keeps its instances per netns since Linux 3.8: ``nfnl_queue_pernet()`` in
+        net/netfilter/nfnetlink_queue.c, commit "netfilter: nfnetlink_queue: add net namespace
+        support for nfnetlink_queue"; checked here: queue 7 binds in two namespaces at once, and a
+        second bind in one namespace fails), and the delayer runs in the node's own namespace, so
+        the same number in another run's node is no collision."""
         return int(hashlib.sha256(self._chain(env).encode()).hexdigest()[:4], 16)
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:

@@ -1,0 +1,276 @@
+"""``chaos explore``: run a target under generated fault schedules, shrink a failure, write it down.
+
+Jepsen runs a system under generated fault schedules and checks the history; Hypothesis generates
+inputs and shrinks a failing one to a minimal example (MacIver & Donaldson, "Test-Case Reduction via
+Test-Case Generation", ECOOP 2020). Here every example is a real run of the target under a schedule
+drawn by :func:`chaos.strategies.schedules`; a schedule *fails* when one of the held checks returns
+``failed`` (``unknown`` is reported, not a failure). Hypothesis's :func:`~hypothesis.find` drives the
+search and the shrinking; its example database (``$CHAOS_CACHE_DIR/hypothesis``) keeps a failure's
+minimal schedule, so the next exploration of the same target tries it first.
+
+Runs are memoised by schedule: a schedule the search draws twice is run once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from random import Random
+from typing import Any, Protocol
+
+from hypothesis import Verbosity, find, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import NoSuchExample
+
+from chaos.checks import CHECKS
+from chaos.errors import ChaosError, ScenarioError
+from chaos.history import Event, load_journal
+from chaos.reference import ReferenceCache, cache_dir, reference_key
+from chaos.runner import RunResult, default_runs_dir, preflight, run_scenario
+from chaos.scenario import CheckSpec, Scenario
+from chaos.strategies.families import KINDS, resolve
+from chaos.strategies.schedules import Schedule, schedules
+from chaos.strategies.shape import TargetShape
+
+DATABASE_VERSION = 1  # bump when the strategies change how they draw, so old entries are not misread
+
+
+class ExploreObserver(Protocol):
+    """What a progress display is told (all optional to act on)."""
+
+    def started(self, explorer: Explorer) -> None: ...
+    def example_started(self, example: Example) -> None: ...
+    def run_event(self, event: Event) -> None: ...
+    def example_done(self, example: Example) -> None: ...
+
+
+@dataclass
+class Example:
+    """One schedule tried: ``phase`` is ``generate`` (the search) or ``shrink``; ``result`` is its
+    run (None when the budget was spent before it could run); ``failed`` the held checks that failed."""
+
+    index: int
+    schedule: Schedule
+    phase: str
+    result: RunResult | None = None
+    failed: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failing(self) -> bool:
+        return bool(self.failed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "phase": self.phase, "schedule": self.schedule.describe(), "failed": self.failed,
+                "unknown": self.unknown, "wall_time_s": round(self.seconds, 2),
+                "run_dir": str(self.result.run_dir) if self.result else None}
+
+
+@dataclass
+class ExploreResult:
+    """The outcome: ``minimal`` is the smallest failing example found (None: nothing failed), and
+    ``scenario_path`` the scenario file that replays it."""
+
+    scenario: Scenario
+    out_dir: Path
+    seed: int
+    examples: list[Example]
+    minimal: Example | None
+    scenario_path: Path | None
+    elapsed_s: float
+    stopped: str  # why the search ended
+    reference_note: str = ""
+    repeats: int = 0
+
+    @property
+    def found(self) -> bool:
+        return self.minimal is not None
+
+    @property
+    def runs(self) -> int:
+        """Real runs made (memoised repeats are not runs)."""
+        return sum(1 for e in self.examples if e.result is not None)
+
+    @property
+    def generated(self) -> int:
+        return sum(1 for e in self.examples if e.phase == "generate" and e.result is not None)
+
+    def replay_command(self) -> str | None:
+        return f"chaos run {self.scenario_path}" if self.scenario_path else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scenario": self.scenario.name, "out_dir": str(self.out_dir), "seed": self.seed, "found": self.found,
+                "stopped": self.stopped, "elapsed_s": round(self.elapsed_s, 1), "runs": self.runs,
+                "examples_generated": self.generated, "repeats": self.repeats, "reference": self.reference_note,
+                "minimal": self.minimal.to_json() if self.minimal else None,
+                "minimal_scenario": str(self.scenario_path) if self.scenario_path else None,
+                "replay": self.replay_command(), "examples": [e.to_json() for e in self.examples]}
+
+
+class _Stop(BaseException):
+    """Ends the search from inside Hypothesis (a BaseException, so Hypothesis does not take it for a
+    failing example)."""
+
+    def __init__(self, why: str, error: BaseException | None = None) -> None:
+        super().__init__(why)
+        self.why, self.error = why, error
+
+
+class Explorer:
+    """Searches schedules of ``scenario``'s target for one that fails a held check.
+
+    ``families``, ``max_faults``: as :func:`chaos.strategies.schedules`. Budget: ``max_examples``
+    schedules generated (each a real run) and/or ``max_minutes`` of searching; then up to
+    ``shrink_runs`` real runs to shrink a failure. ``seed``: the search's seed (default: random,
+    reported). ``checks``: the checks to hold (default: the scenario's). ``database``: use
+    Hypothesis's example database. Raises :class:`~chaos.errors.StrategyError` or
+    :class:`~chaos.errors.ScenarioError` for a bad argument, :class:`~chaos.errors.CapabilityError`
+    if this machine cannot run a fault family asked for — all before any run.
+    """
+
+    def __init__(self, scenario: Scenario, *, families: Iterable[str] | None = None, max_faults: int = 3,
+                 max_examples: int | None = 30, max_minutes: float | None = None, shrink_runs: int = 30,
+                 seed: int | None = None, checks: list[str] | None = None, runs_dir: Path | None = None,
+                 database: bool = True, reference: bool = True, observer: ExploreObserver | None = None) -> None:
+        if max_examples is None and max_minutes is None:
+            raise ScenarioError(["budget: give max_examples (--examples N) or max_minutes (--minutes M)"])
+        if max_examples is not None and max_examples < 1:
+            raise ScenarioError([f"examples={max_examples}: give at least 1 example"])
+        if max_minutes is not None and max_minutes <= 0:
+            raise ScenarioError([f"minutes={max_minutes}: give a positive number of minutes"])
+        if shrink_runs < 0:
+            raise ScenarioError([f"shrink_runs={shrink_runs}: give 0 (no shrinking) or more runs"])
+        held = checks if checks is not None else scenario.check_names()
+        unknown = [c for c in held if c not in CHECKS]
+        if unknown:
+            raise ScenarioError([f"checks: unknown check(s) {unknown}; use some of {', '.join(CHECKS)}"])
+        params = {c.name: c.params for c in scenario.checks}
+        self.base = scenario.model_copy(update={"checks": [CheckSpec(name=c, params=params.get(c, {})) for c in held]})
+        self.base._source = scenario._source
+        self.held = list(held)
+        self.families, self.max_faults = families, max_faults
+        self.max_examples, self.max_minutes, self.shrink_runs = max_examples, max_minutes, shrink_runs
+        self.seed = seed if seed is not None else secrets.randbits(32)
+        self.database, self.reference, self.observer = database, reference, observer
+        self.shape = TargetShape.of(self.base)
+        self.kinds = resolve(families, self.shape)  # StrategyError now, not at the first draw
+        schedules(self.shape, max_faults=max_faults, families=families)  # validates max_faults
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        root = Path(runs_dir) if runs_dir else default_runs_dir()
+        self.out_dir = root / f"explore-{scenario.name}-{stamp}-{secrets.token_hex(2)}"
+        self.examples: list[Example] = []
+        self.reference_note = ""
+        self._memo: dict[str, Example] = {}
+        self._best: Example | None = None
+        self._shrink_spent = False
+        self.repeats = 0  # schedules drawn again (answered from the memo, not run)
+        self._t0 = 0.0
+
+    # -- the search -----------------------------------------------------------------------------
+
+    def run(self) -> ExploreResult:
+        """Search, shrink, write the minimal failing scenario. KeyboardInterrupt if interrupted."""
+        self._preflight()
+        self.out_dir.mkdir(parents=True, exist_ok=False)
+        self._t0 = time.time()
+        self.shape = self._observed_shape()
+        strategy = schedules(self.shape, max_faults=self.max_faults, families=self.families)
+        budget = self.max_examples if self.max_examples is not None else 10_000
+        db = DirectoryBasedExampleDatabase(str(cache_dir() / "hypothesis")) if self.database else None
+        conf = settings(max_examples=budget, deadline=None, database=db, report_multiple_bugs=False,
+                        verbosity=Verbosity.quiet)
+        if self.observer:
+            self.observer.started(self)
+        stopped = "budget of examples spent" if self.max_examples is not None else "time budget spent"
+        minimal: Example | None = None
+        try:
+            found = find(strategy, self._fails, settings=conf, random=Random(self.seed), database_key=self.database_key())
+            minimal = self._memo[found.key()]
+            stopped = (f"shrink budget of {self.shrink_runs} run(s) spent" if self._shrink_spent
+                       else "shrunk to a minimal failing schedule")
+        except NoSuchExample:
+            pass
+        except _Stop as stop:
+            if stop.error is not None:
+                raise stop.error from None
+            stopped = stop.why
+        path = self._write_minimal(minimal) if minimal is not None else None
+        result = ExploreResult(self.base, self.out_dir, self.seed, self.examples, minimal, path,
+                               time.time() - self._t0, stopped, self.reference_note, self.repeats)
+        (self.out_dir / "explore.json").write_text(json.dumps(result.to_json(), indent=1))
+        return result
+
+    def _fails(self, schedule: Schedule) -> bool:
+        """Hypothesis's condition: does this schedule make a held check fail?"""
+        seen = self._memo.get(schedule.key())
+        if seen is not None:
+            self.repeats += 1
+            return seen.failing
+        phase = "shrink" if self._best is not None else "generate"
+        if phase == "generate" and self.max_minutes is not None and time.time() - self._t0 > self.max_minutes * 60:
+            raise _Stop("time budget spent")
+        if phase == "shrink" and sum(1 for e in self.examples if e.phase == "shrink") >= self.shrink_runs:
+            # budget spent: every new candidate counts as passing, so the shrinker settles on the
+            # simplest failing schedule among those already run
+            self._shrink_spent = True
+            return False
+        example = Example(len(self.examples) + 1, schedule, phase)
+        self.examples.append(example)
+        self._memo[schedule.key()] = example
+        if self.observer:
+            self.observer.example_started(example)
+        t = time.time()
+        try:
+            result = run_scenario(schedule.apply(self.base), self.out_dir / "runs", reference=self.reference,
+                                  observer=self.observer.run_event if self.observer else None)
+        except ChaosError as exc:  # a bug of ours or a broken environment: stop, do not shrink on it
+            raise _Stop("error", exc) from exc
+        if result.interrupted:
+            raise _Stop("interrupted", KeyboardInterrupt())
+        example.result, example.seconds = result, time.time() - t
+        example.failed = [v.check for v in result.verdicts if v.status == "failed" and v.check in self.held]
+        example.unknown = [v.check for v in result.verdicts if v.status == "unknown" and v.check in self.held]
+        if example.failing and self._best is None:
+            self._best = example  # the first failure; find() returns the shrunk one
+        if self.observer:
+            self.observer.example_done(example)
+        return example.failing
+
+    # -- set-up ---------------------------------------------------------------------------------
+
+    def _preflight(self) -> None:
+        """One simple fault of every kind drawn, checked against this machine before any run."""
+        samples = [find(KINDS[k](self.shape), lambda _: True, settings=settings(database=None)) for k in self.kinds]
+        probe = Schedule(tuple(samples)).apply(self.base)
+        preflight(probe)
+
+    def _observed_shape(self) -> TargetShape:
+        """The shape, with the save points the (cached) fault-free reference run shows."""
+        if not self.reference:
+            return self.shape
+        ref, self.reference_note = ReferenceCache().get_or_run(
+            self.base, lambda s, d: run_scenario(s, d, reference=False))
+        if ref is None:
+            return self.shape
+        try:
+            return self.shape.with_history(load_journal(Path(ref.run_dir)))
+        except OSError:
+            return self.shape
+
+    def database_key(self) -> bytes:
+        """What the example database files this search under: the target, its arguments and
+        topology, the strategy's arguments and the held checks."""
+        blob = {"v": DATABASE_VERSION, "ref": reference_key(self.base), "kinds": self.kinds, "max_faults": self.max_faults,
+                "checks": self.held, "backend": self.base.backend.kind}
+        return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).digest()
+
+    def _write_minimal(self, example: Example) -> Path:
+        from chaos.explore.minimal import write_minimal
+
+        return write_minimal(self, example)

@@ -1,0 +1,30 @@
+"""Writing a found schedule down as a scenario file that replays it with ``chaos run``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import yaml
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from chaos.explore.engine import Example, Explorer
+
+
+def write_minimal(explorer: Explorer, example: Example) -> Path:
+    """Write ``<out_dir>/<name>-minimal.yaml``: the explored scenario with ``example``'s schedule and the
+    held checks; its header says how it was found and which verdicts a replay should give."""
+    base = explorer.base
+    path = explorer.out_dir / f"{base.name}-minimal.yaml"
+    data = example.schedule.apply(base).to_data(script_base=path.parent)
+    data["name"] = f"{base.name}-minimal"
+    data["description"] = (f"Minimal failing schedule found by chaos explore (seed {explorer.seed}) from "
+                           f"{base.source or base.name}; fails {', '.join(example.failed)}.")
+    assert example.result is not None
+    verdicts = "\n".join(f"#   {v.check}: {v.status.upper()} — {v.explanation}" for v in example.result.verdicts)
+    head = (f"# Found by: chaos explore {base.source or base.name} --seed {explorer.seed}\n"
+            f"# after {len(explorer.examples)} schedule(s) tried; run {example.result.run_dir}\n"
+            f"# Replay:   chaos run {path}\n# Verdicts of the failing run:\n{verdicts}\n")
+    path.write_text(head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    return path

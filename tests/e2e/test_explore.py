@@ -1,0 +1,99 @@
+"""`chaos explore` on real torchrun jobs: it finds and shrinks the bugs of the broken targets within
+30 examples, finds nothing on the correct target, writes a scenario that replays the failure
+exactly, and tries a stored failure first next time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from chaos.history import load_journal
+from tests.conftest import REPO, SCENARIOS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.chaos(requires=["torch", "sklearn"])]
+
+SCENARIO = str(SCENARIOS / "explore-digits.yaml")
+SEED = "1"  # the search is deterministic given the seed and the target; this one draws the save kill 6th
+
+
+def chaos(*args: str, cache: Path, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO, env={**os.environ, "CHAOS_CACHE_DIR": str(cache)})
+
+
+def explore(tmp_path: Path, *args: str, cache: Path | None = None) -> tuple[int, dict[str, Any]]:
+    out = chaos("explore", SCENARIO, "--json", "--runs-dir", str(tmp_path / "runs"), *args, cache=cache or tmp_path / "cache")
+    assert out.returncode in (0, 1), out.stdout + out.stderr
+    return out.returncode, json.loads(out.stdout)
+
+
+def statuses(verdicts: list[dict[str, Any]]) -> dict[str, str]:
+    return {v["check"]: v["status"] for v in verdicts}
+
+
+def test_non_atomic_save_shrinks_to_one_kill_during_a_save_and_replays(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    code, found = explore(tmp_path, "--seed", SEED, "--target-args=--broken non-atomic-save", cache=cache)
+    assert code == 1 and found["found"]
+    first = next(e for e in found["examples"] if e["failed"])
+    assert first["phase"] == "generate" and first["index"] <= 30
+    minimal = found["minimal"]
+    # shrunk to one kill, in the middle of writing the first checkpoint, of the rank that writes it
+    assert len(minimal["schedule"]) == 1, minimal
+    assert minimal["schedule"][0].startswith("kill rank 0 with SIGKILL at step 10 (checkpoint_write")
+    assert "restored_from_checkpoint" in minimal["failed"]
+    for e in found["examples"]:  # every run's journal is complete and parseable
+        assert load_journal(Path(e["run_dir"]))[-1]["kind"] == "run_end"
+
+    # the written scenario is data a user can read, and replays to the same verdicts
+    path = Path(found["minimal_scenario"])
+    data = yaml.safe_load(path.read_text())
+    assert data["schedule"] == [{"fault": "kill", "select": {"rank": 0},
+                                 "trigger": {"at_step": 10, "on_event": "checkpoint_write"}}]
+    assert "--broken" in data["target"]["args"] and found["replay"] == f"chaos run {path}"
+    replay = chaos("run", "--json", str(path), cache=cache, timeout=300)
+    assert replay.returncode == 1, replay.stderr
+    original = json.loads((Path(minimal["run_dir"]) / "result.json").read_text())
+    assert statuses(json.loads(replay.stdout)["verdicts"]) == statuses(original["verdicts"])
+
+    # the example database: the next exploration of the same target tries the stored failure first
+    code, again = explore(tmp_path, "--seed", "2", "--examples", "1", "--shrink-runs", "0",
+                          "--target-args=--broken non-atomic-save", cache=cache)
+    assert code == 1 and again["runs"] == 1
+    assert again["minimal"]["schedule"] == minimal["schedule"]
+
+
+def test_correct_target_survives_the_same_budget(tmp_path: Path) -> None:
+    code, result = explore(tmp_path, "--seed", SEED, "--examples", "30", "--no-database")
+    assert code == 0 and not result["found"], [e for e in result["examples"] if e["failed"]]
+    assert result["runs"] >= 20 and result["runs"] + result["repeats"] >= 30
+    assert any("checkpoint_write" in line for e in result["examples"] for line in e["schedule"])  # it tried saves
+
+
+def test_rng_not_restored_shrinks_to_one_kill(tmp_path: Path) -> None:
+    code, result = explore(tmp_path, "--seed", SEED, "--target-args=--broken no-rng-restore", "--no-database")
+    assert code == 1
+    minimal = result["minimal"]
+    # the first kill that forces a restore: the step after the first checkpoint
+    assert minimal["schedule"] == ["kill rank 0 with SIGKILL at step 11"], minimal
+    assert "equivalent_to_reference" in minimal["failed"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--families", "kill,bogus"], "unknown family 'bogus'; use one of kill, pause"),
+    (["--families", "network"], "'network' needs each node to have its own network (backend netns or docker)"),
+    (["--max-faults", "-1"], "max_faults=-1: must be an integer in 0..20"),
+    (["--examples", "0"], "examples=0: give at least 1 example"),
+    (["--checks", "completes,bogus"], "unknown check(s) ['bogus']"),
+])
+def test_bad_arguments_exit_2_before_any_run(tmp_path: Path, args: list[str], message: str) -> None:
+    out = chaos("explore", SCENARIO, "--runs-dir", str(tmp_path / "runs"), *args, cache=tmp_path / "cache", timeout=60)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert not (tmp_path / "runs").exists()
