@@ -169,3 +169,14 @@ schedule:
     assert "count=2 counts matches of on_log or on_checkpoint; remove it" in text
     (p,) = problems(tmp_path, scenario(schedule="[{fault: kill, select: {rank: 0}, trigger: {on_checkpoint: '{ckpt}/x'}}]"))
     assert "schedule[0].trigger.on_checkpoint: '{ckpt}/x' has an unknown placeholder 'ckpt'" in p
+
+
+def test_a_command_target_round_trips_through_its_data_with_the_script_made_absolute(tmp_path: Path) -> None:
+    from chaos.loader import scenario_from_dict
+
+    s = load_scenario(REPO / "scenarios" / "blackbox-tutorial.yaml")
+    data = s.to_data()
+    assert data["target"]["script"] is None and data["target"]["command"][3] == TUTORIAL
+    again = scenario_from_dict(data, source=tmp_path / "elsewhere.yaml")
+    assert again.script_path == s.script_path and again.target.launch_args() == s.target.launch_args()
+    assert again.target.torchrun_extra() == [] and again.blackbox == s.blackbox
