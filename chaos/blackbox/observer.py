@@ -7,7 +7,9 @@ Recorded in the journal, with ``source: "blackbox"`` (target-side facts, seen fr
   ``epoch``, also as ``progress``), ``loss`` if captured, the line
 - ``log_checkpoint_saved`` — a line matched ``blackbox.saved``: the counter value saved (``progress``)
 - ``log_error`` — an error line on a worker's stderr (the end of a traceback); at most 20 per worker
-- ``checkpoint_change`` — a checkpoint file was created, began to be rewritten, or was deleted
+- ``checkpoint_change`` — a checkpoint file was created, began to be rewritten, or was deleted; or
+  ``present``: it was there before the job started (left by an earlier run, when it lives outside the
+  run directory: chaos never deletes it, and the job may resume from it)
 - ``checkpoint_checked`` — a loadable test of a checkpoint file: ``when`` (``settled`` after a change,
   ``fault`` right after a fault that killed a process, ``end``), ``ok`` (true / false / null = could not
   tell), ``reason``, ``bytes``, ``since_change_s`` (how long the file had been still when tested)
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,7 @@ class Observer:
             import torch  # noqa: F401  (the default test loads with torch: import it now, not mid-run on the
             # tester's thread, where it would hold the GIL for seconds and delay the triggers)
         self.tester = LoadTester(load_test(spec, base_dir, run_dir), self.files.disk_path)
+        self._present = [replace(c, change="present") for c in self.files.poll()]  # before the job starts
         self._errors: Counter[Any] = Counter()
         self._next_scan = 0.0
         self._next_orphans = time.time() + ORPHANS_EVERY_S
@@ -136,7 +139,8 @@ class Observer:
     def poll(self) -> list[Event]:
         """Everything seen since the last call, as events (``log_line`` ones not recorded)."""
         now = time.time()
-        out: list[Event] = []
+        out: list[Event] = [self._changed(c) for c in self._present]
+        self._present = []
         if now >= self._next_scan:
             self._next_scan = now + SCAN_EVERY_S
             out += [self._started(w) for w in self.scan.scan()]

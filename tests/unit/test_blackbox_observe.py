@@ -209,3 +209,28 @@ def test_blank_lines_are_not_lines(tmp_path: Path, text: str) -> None:
     tail = LogTail(tmp_path)
     tail.follow(str(tmp_path), "w")
     assert tail.poll() == []
+
+
+def test_observer_reports_a_checkpoint_left_before_the_job_as_present_not_created(tmp_path: Path) -> None:
+    # a checkpoint path outside the run directory may hold an earlier run's file: no `created` trigger fires on it
+    import torch
+
+    from chaos.blackbox.observer import Observer
+    from chaos.blackbox.spec import BlackboxSpec
+    from chaos.history import RunnerLog
+
+    torch.save({"EPOCHS_RUN": 2}, tmp_path / "snapshot.pt")
+
+    class NoAgents:
+        nodes = 1
+
+        def agent_pid(self, node: int) -> None:
+            return None
+
+    log = RunnerLog(tmp_path / "runner.jsonl")
+    seen = Observer(BlackboxSpec(checkpoints=[str(tmp_path / "*.pt")]), [], NoAgents(), tmp_path / "run",
+                    tmp_path, log)
+    assert [(e["kind"], e["change"], e["source"]) for e in seen.poll()] == [("checkpoint_change", "present", "blackbox")]
+    assert seen.poll() == []
+    assert [(e["when"], e["ok"]) for e in seen.finish() if e["kind"] == "checkpoint_checked"][-1] == ("end", True)
+    log.close()
