@@ -23,7 +23,8 @@ demo: system $(VENV)/.installed
 	$(VENV)/bin/chaos run scenarios/kill-worker.yaml
 
 test: system $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -v
+	$(VENV)/bin/python -m pytest -v -n 2 -m "not serial"
+	$(VENV)/bin/python -m pytest -v -p no:xdist -m serial
 
 test-fast: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -m "not e2e"

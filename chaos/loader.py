@@ -13,6 +13,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from chaos.blackbox.spec import MISSING_HINTS
+from chaos.blackbox.validate import blackbox_problems
 from chaos.errors import ScenarioError
 from chaos.scenario import ARG_PLACEHOLDERS, NETWORK_FAULTS, Scenario
 
@@ -89,15 +91,17 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
             f"{at(('target', 'script'))}target.script={script!r} must be an existing file; "
             f"resolved to {(base_dir / script).resolve()}, which does not exist (paths are relative to the scenario file)"
         )
-    args = target.get("args")
-    for i, arg in enumerate(args if isinstance(args, list) else []):
-        try:
-            str(arg).format(**{k: "" for k in ARG_PLACEHOLDERS})
-        except (KeyError, IndexError, ValueError) as exc:
-            out.append(
-                f"{at(('target', 'args', i))}target.args[{i}]={arg!r} has an unknown placeholder {exc}; "
-                f"use one of {{{'}, {'.join(ARG_PLACEHOLDERS)}}} (double the braces for a literal brace)"
-            )
+    for key in ("args", "command"):
+        args = target.get(key)
+        for i, arg in enumerate(args if isinstance(args, list) else []):
+            try:
+                str(arg).format(**{k: "" for k in ARG_PLACEHOLDERS})
+            except (KeyError, IndexError, ValueError) as exc:
+                out.append(
+                    f"{at(('target', key, i))}target.{key}[{i}]={arg!r} has an unknown placeholder {exc}; "
+                    f"use one of {{{'}, {'.join(ARG_PLACEHOLDERS)}}} (double the braces for a literal brace)"
+                )
+    out += blackbox_problems(data, base_dir, at)
     steps = _int(target.get("steps"))
     every = _int(target.get("checkpoint_every"))
     nodes = _int(backend.get("nodes", 1))
@@ -217,7 +221,7 @@ def _describe(err: Any, node: Any, data: Any) -> str:
         known = FAULT_NAMES if tag == "fault" else BACKEND_NAMES
         return f"{where}{field}.{tag} is missing; add `{tag}:` (one of: {', '.join(known)})"
     if kind == "missing":
-        return f"{where}{field} is missing; add it"
+        return f"{where}{field} is missing; add it{MISSING_HINTS.get(field, '')}"
     if kind == "extra_forbidden":
         parent = clean[:-1]
         return (f"{where}{field} is not a field{(' of ' + _fmt_loc(parent)) if parent else ''}; "

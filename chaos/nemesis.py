@@ -3,7 +3,8 @@
 Step triggers are exact: the probe in each worker stops at the named (event, step) and waits at a
 *gate*; the nemesis injects the fault once the ranks it waits for have arrived, and only then opens
 the gate (creates ``control/go-<gate>``). Time triggers fire on the runner's clock, relative to the
-job's launch.
+job's launch. Black-box triggers (``on_log``, ``on_checkpoint``) fire on the tick that sees their
+``count``-th matching line or file change (:mod:`chaos.blackbox.triggers`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.blackbox.triggers import Matcher, matcher_for
 from chaos.errors import ChaosError
 from chaos.faults import Fault, FaultEnv, build_fault
 from chaos.history import Event, RunnerLog
@@ -38,6 +40,9 @@ class Planned:
     arrived_at: float | None = None
     gate_open: bool = False
     failed: str | None = None
+    matcher: Matcher | None = None  # a black-box trigger's
+    due: Event | None = None  # the event that matched it, until it fires
+    due_at: float | None = None
 
     @property
     def id(self) -> str:
@@ -57,7 +62,7 @@ class Nemesis:
             fault = build_fault(spec, i)
             in_process = getattr(fault, "in_process", False)
             gate = f"g{i}" if spec.trigger.at_step is not None and not in_process else None
-            self.planned.append(Planned(i, fault, spec, gate))
+            self.planned.append(Planned(i, fault, spec, gate, matcher=matcher_for(spec.trigger, control_dir.parent)))
         self.t0: float | None = None
         self.closed = False  # after heal_all nothing fires any more
 
@@ -135,6 +140,11 @@ class Nemesis:
                     return self.log.record("fault_not_fired", fault_id=p.id, description=p.fault.describe(),
                                            reason=p.failed)
             return None
+        if event.get("kind") in ("log_line", "checkpoint_change"):
+            for p in self.planned:
+                if p.matcher is not None and p.due is None and p.fired_at is None and p.matcher.match(event):
+                    p.due, p.due_at = event, time.time()
+            return None
         if event.get("kind") != "gate_reached":
             return None
         for p in self.planned:
@@ -181,6 +191,17 @@ class Nemesis:
                         continue
                     out.append(self._fire(p, step=p.spec.trigger.at_step))
                     self._open(p)
+                elif p.matcher is not None:
+                    if p.due is None:
+                        continue
+                    if not p.fault.ready(self.env):
+                        if now - (p.due_at or now) < GATE_GIVE_UP_S:
+                            continue
+                        p.failed = f"its target had no live process when the trigger matched ({p.fault.describe()})"
+                        out.append(self.log.record("fault_not_fired", fault_id=p.id, description=p.fault.describe(),
+                                                   reason=p.failed))
+                        continue
+                    out.append(self._fire(p, step=None, extra=p.matcher.details(p.due)))
                 else:
                     assert self.t0 is not None
                     if now - self.t0 >= p.spec.trigger.at_time_s and p.fault.ready(self.env):
@@ -189,11 +210,12 @@ class Nemesis:
                 out.extend(self._heal(p))
         return out
 
-    def _fire(self, p: Planned, step: int | None) -> Event:
+    def _fire(self, p: Planned, step: int | None, extra: dict[str, Any] | None = None) -> Event:
         p.fired_at = time.time()
         t_rel = p.fired_at - (self.t0 or p.fired_at)
         base = {"fault_id": p.id, "fault": p.spec.fault, "description": p.fault.describe(),
-                "trigger": p.spec.trigger.model_dump(exclude_none=True), "t_rel_s": round(t_rel, 3)}
+                "trigger": p.spec.trigger.model_dump(exclude_none=True), "t_rel_s": round(t_rel, 3),
+                "t_inject": p.fired_at, **(extra or {})}  # t_inject: when it began to act (t: once it had)
         if step is not None:
             base["step"] = step
             base["ranks_at_gate"] = sorted(p.arrived)
@@ -247,7 +269,9 @@ class Nemesis:
         for p in self.planned:
             if p.fired_at is None and p.failed is None:
                 trig = p.spec.trigger
-                if trig.at_step is not None:
+                if p.matcher is not None:
+                    reason = p.matcher.miss()
+                elif trig.at_step is not None:
                     reason = (f"the job never emitted {trig.on_event} at step {trig.at_step} "
                               f"(last step seen: {reached_step})")
                 else:

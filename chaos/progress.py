@@ -17,14 +17,15 @@ class LiveProgress:
     Use as a context manager; call the instance with each event.
     """
 
-    def __init__(self, console: Console, steps: int, world_size: int) -> None:
+    def __init__(self, console: Console, steps: int | None, world_size: int) -> None:
         self.console = console
         self.steps = steps
+        self.unit = "step"  # a black-box target may count epochs (its run_start says)
         self.world_size = world_size
         self.world = world_size  # the current world size (changes when an elastic job regroups)
         self.starts: dict[int, int] = {}  # rank → worker processes seen
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[unit]}s"),
             TimeElapsedColumn(), console=console, transient=False,
         )
         self.tasks: dict[int, Any] = {}
@@ -44,7 +45,7 @@ class LiveProgress:
 
     def _task(self, rank: int) -> Any:
         if rank not in self.tasks:
-            self.tasks[rank] = self.progress.add_task(f"rank {rank}", total=self.steps)
+            self.tasks[rank] = self.progress.add_task(f"rank {rank}", total=self.steps, unit=self.unit)
         return self.tasks[rank]
 
     def __call__(self, e: Event) -> None:
@@ -61,7 +62,11 @@ class LiveProgress:
             return
         if kind == "run_start":
             self.t0 = e["t"]
-            self._say(e["t"], f"run [bold]{e['run_id']}[/]: {e['world_size']} ranks, {e['steps']} steps, "
+            box = e.get("blackbox")
+            self.unit = (box or {}).get("counter") or "step"
+            length = f"{e['steps']} steps, " if not box else "black-box target" + \
+                (f" to {self.unit} {e['steps']}, " if e.get("steps") is not None else ", ")
+            self._say(e["t"], f"run [bold]{e['run_id']}[/]: {e['world_size']} ranks, {length}"
                       f"{len(e.get('schedule', []))} fault(s) scheduled")
             for rank in range(self.world_size):
                 self._task(rank)
@@ -80,6 +85,11 @@ class LiveProgress:
                     self._say(e["t"], f"workers restarted (restart {e.get('restart', 0)} of their agent)")
         elif kind == "step":
             self.progress.update(self._task(e["rank"]), completed=e["step"])
+        elif kind == "log_progress" and e.get("rank") is not None:  # a black-box target's output line
+            self.progress.update(self._task(e["rank"]), completed=e["progress"])
+        elif kind == "checkpoint_checked" and e.get("ok") is False:
+            self._say(e["t"], f"[red]{os.path.basename(e['path'])} not loadable[/] ({e.get('when')}): "
+                      f"{str(e.get('reason'))[:100]}")
         elif kind == "checkpoint_loaded" and e.get("rank") == 0:
             self._say(e["t"], f"restored {os.path.basename(e['path'])} (step {e['step']})")
         elif kind == "checkpoint_load_failed" and e.get("rank") == 0:

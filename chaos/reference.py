@@ -40,6 +40,7 @@ def reference_key(scenario: Scenario) -> str:
     blob = {
         "script_sha256": hashlib.sha256(scenario.script_path.read_bytes()).hexdigest(),
         "args": t.args, "steps": t.steps, "seed": t.seed, "checkpoint_every": t.checkpoint_every, "env": t.env,
+        **({"command": t.command} if t.command else {}),
         "nodes": b.nodes, "nproc_per_node": b.nproc_per_node,
         "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
     }

@@ -37,6 +37,8 @@ import yaml
 from tenacity import retry, retry_if_exception_type, stop_after_attempt
 
 from chaos.backends import LaunchSpec, make_backend
+from chaos.blackbox.observer import Observer as BlackboxObserver
+from chaos.blackbox.spec import resolve_pattern
 from chaos.checks import ALWAYS, CHECKS, CheckContext, Reference, Verdict, run_check
 from chaos.ckptwatch import CheckpointWatcher
 from chaos.ckptwatch import wanted as ckpt_watch_wanted
@@ -179,10 +181,16 @@ def make_run_dir(runs_dir: Path, name: str) -> tuple[str, Path]:
 
 def _fill_args(scenario: Scenario, run_dir: Path) -> list[str]:
     t = scenario.target
-    values = {"checkpoint_dir": str(run_dir / "checkpoints"), "run_dir": str(run_dir), "steps": t.steps,
+    values = {"checkpoint_dir": str(run_dir / "checkpoints"), "run_dir": str(run_dir), "steps": t.steps or "",
               "seed": t.seed, "checkpoint_every": t.checkpoint_every or "",
               "collective_timeout_s": f"{t.collective_timeout_s:g}" if t.collective_timeout_s else ""}
-    return [a.format(**values) for a in t.args]
+    return [a.format(**values) for a in t.launch_args()]
+
+
+def _torchrun_args(scenario: Scenario) -> list[str]:
+    """torchrun options of the target's own: a black-box target's output goes to a file per worker too
+    (``--tee 3``, under the backend's ``--log-dir``), and options passed on from its command."""
+    return (["--tee=3"] if scenario.blackbox is not None else []) + scenario.target.torchrun_extra()
 
 
 def _dump_scenario(scenario: Scenario, path: Path) -> None:
@@ -210,7 +218,9 @@ def run_scenario(
     preflight(scenario)
     ref: Reference | None = None
     note = "no reference needed"
-    if reference and any(CHECKS[c].needs_reference for c in scenario.check_names() if c in CHECKS):
+    if reference and scenario.blackbox is not None:
+        note = "no reference for a black-box target (it reports no parameters to compare)"
+    elif reference and any(CHECKS[c].needs_reference for c in scenario.check_names() if c in CHECKS):
         cache = cache or ReferenceCache()
         if observer:
             observer({"t": time.time(), "kind": "reference_begin", "source": "runner"})
@@ -255,8 +265,14 @@ class _Run:
         self.log = RunnerLog(self.run_dir / "runner.jsonl")
         self.backend = make_backend(scenario.backend, self.run_id, self.run_dir, self.log)
         self.workers = WorkerTable(resolve=self.backend.host_pid)
-        self.env = FaultEnv(self.backend, self.workers, self.run_id, checkpoint_dir=str(self.run_dir / "checkpoints"))
+        box = scenario.blackbox
+        self.env = FaultEnv(self.backend, self.workers, self.run_id, checkpoint_dir=str(self.run_dir / "checkpoints"),
+                            checkpoint_globs=[resolve_pattern(p, self.run_dir) for p in box.checkpoints] if box else [])
         self.nemesis = Nemesis(scenario, self.env, self.log, self.run_dir / "control")
+        self.blackbox: BlackboxObserver | None = None
+        if box is not None:
+            self.blackbox = BlackboxObserver(box, [f.trigger for f in scenario.schedule], self.backend, self.run_dir,
+                                     scenario.base_dir, self.log, self.env)
         self.tail = EventTail(self.run_dir / "events")
         self.max_step: int | None = None
         self._exit_status: dict[int, str] = {}  # pid → the probe's exit status
@@ -279,6 +295,8 @@ class _Run:
 
     def _pump(self) -> None:
         events = self.tail.poll()
+        if self.blackbox is not None:
+            events += self.blackbox.poll()
         caused: list[Event] = []
         for e in events:
             self.workers.observe(e)
@@ -300,9 +318,11 @@ class _Run:
             latest = self.watcher.poll()
             if latest is not None:
                 caused.append(latest)
-        self._notify(events)
+        self._notify([e for e in events if e["kind"] != "log_line"])
         self._notify(caused)
         fired = self.nemesis.tick()
+        if self.blackbox is not None:
+            self.blackbox.after_faults(fired)
         for e in fired:
             if e["kind"] == "fault_inject" and e.get("signal"):
                 for pid in e.get("pids", []):
@@ -386,7 +406,8 @@ class _Run:
             start = self.log.record(
                 "run_start", run_id=self.run_id, scenario=s.name, world_size=s.world_size, steps=s.target.steps,
                 checkpoint_every=s.target.checkpoint_every, backend=s.backend.model_dump(),
-                schedule=self.nemesis.schedule_summary(), deadline_s=self.deadline_s, reference=note)
+                schedule=self.nemesis.schedule_summary(), deadline_s=self.deadline_s, reference=note,
+                **({"blackbox": self.blackbox.summary()} if self.blackbox is not None else {}))
             self._notify([start])
             if self.watcher is not None:
                 import torch  # noqa: F401  (the watcher loads checkpoints; import now, not mid-run)
@@ -394,7 +415,7 @@ class _Run:
             env = {**s.target.env, "CHAOS_RUN_DIR": str(self.run_dir), "CHAOS_RUN_ID": self.run_id,
                    "CHAOS_RUNNER_PID": str(os.getpid()),
                    "CHAOS_GATES": json.dumps(self.nemesis.gates()), "CHAOS_SDC": json.dumps(self.nemesis.sdc_faults())}
-            self.backend.start(LaunchSpec(str(s.script_path), _fill_args(s, self.run_dir), env))
+            self.backend.start(LaunchSpec(str(s.script_path), _fill_args(s, self.run_dir), env, _torchrun_args(s)))
             self.nemesis.start(time.time())
             deadline = t_start + self.deadline_s
             while self.backend.running() or self.nemesis.awaiting_restart():
@@ -425,6 +446,8 @@ class _Run:
                     self._pump()
                     if self.watcher is not None:
                         self._notify(self.watcher.finish())
+                    if self.blackbox is not None:
+                        self._notify(self.blackbox.finish())
                 finally:
                     self._unmount_disk()  # whatever failed above, the mount goes
                 self._record_worker_exits(final=True)

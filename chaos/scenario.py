@@ -10,7 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from chaos.blackbox.command import Command, parse_command
+from chaos.blackbox.spec import BlackboxSpec, ChangeKind, PathPattern, Regex
 
 # Events the probe emits that a step-accurate trigger can stop at (``trigger.on_event``).
 GATE_EVENTS = ("step", "checkpoint_save_begin", "checkpoint_write", "checkpoint_commit", "checkpoint_saved")
@@ -24,15 +27,25 @@ class _Model(BaseModel):
 
 
 class TargetSpec(_Model):
-    """The training job under test: a Python script that torchrun runs on every node."""
+    """The training job under test: a Python script that torchrun runs on every node, given as ``script``
+    (+ ``args``) or as the ``command`` its user launches it with. A target that does not import the
+    probe has a ``blackbox`` section saying where its checkpoints are and what its output lines mean."""
 
-    script: str = Field(description="Path of the training script, relative to the scenario file.")
+    script: str | None = Field(default=None, description="Path of the training script, relative to the scenario "
+                               "file (or give `command`).")
+    command: list[str] | None = Field(
+        default=None, description="The job as its user launches it: [torchrun, --nproc-per-node=2, train.py, "
+        "--lr, \"0.1\"], [python, train.py, ...] or [train.py, ...]; the script's path is relative to the scenario "
+        "file. chaos takes the launcher off and runs the script under its own torchrun with the backend's "
+        "topology; a torchrun option that contradicts the backend is an error. Instead of `script`.")
     args: list[str] = Field(
         default_factory=list,
-        description="Script arguments; {checkpoint_dir}, {run_dir}, {steps}, {seed}, {checkpoint_every} and "
-        "{collective_timeout_s} are filled in by the runner.",
+        description="Script arguments (after the command's own, with `command`); {checkpoint_dir}, {run_dir}, "
+        "{steps}, {seed}, {checkpoint_every} and {collective_timeout_s} are filled in by the runner.",
     )
-    steps: int = Field(gt=0, description="Optimizer steps the job runs in all (its last step's number).")
+    steps: int | None = Field(default=None, gt=0, description="Optimizer steps the job runs in all (its last step's "
+                              "number). For a black-box target optional: the last value its progress counter "
+                              "(blackbox.progress) reaches, which `completes` then requires.")
     checkpoint_every: int | None = Field(
         default=None, gt=0, description="Steps between checkpoints (bounds the progress a restore may lose)."
     )
@@ -41,6 +54,46 @@ class TargetSpec(_Model):
         default=None, gt=0, description="The job's collective timeout (init_process_group(timeout=...)), seconds, "
         "passed as {collective_timeout_s}; what `no_hang` holds the job to.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the job.")
+    blackbox: BlackboxSpec | None = Field(
+        default=None, description="Set for a target that does not import chaos.probe (a black-box target): where "
+        "its checkpoints are, regexes that read its output lines, and how to test that a checkpoint loads.")
+
+    @field_validator("command")
+    @classmethod
+    def _parses(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            parse_command(value)  # a CommandError (ValueError) names the problem and the fix
+        return value
+
+    @model_validator(mode="after")
+    def _what_to_run(self) -> TargetSpec:
+        if (self.script is None) == (self.command is None):
+            raise ValueError("give one of script (the training script's path) or command (the command you launch "
+                             "it with, e.g. [torchrun, --nproc-per-node=2, train.py]), not both; args go after either")
+        if self.steps is None and self.blackbox is None:
+            raise ValueError("steps is missing; add it (the job's last step number; it is optional only for a "
+                             "black-box target, one with a `blackbox:` section)")
+        return self
+
+    def parsed_command(self) -> Command | None:
+        """``command`` taken apart (None when the target is given as ``script``)."""
+        return parse_command(self.command) if self.command is not None else None
+
+    @property
+    def script_file(self) -> str:
+        """The script as written in the scenario (``script``, or the one ``command`` names)."""
+        cmd = self.parsed_command()
+        return cmd.script if cmd is not None else str(self.script)
+
+    def launch_args(self) -> list[str]:
+        """The script's arguments, placeholders not yet filled: the command's own, then ``args``."""
+        cmd = self.parsed_command()
+        return [*(cmd.args if cmd is not None else []), *self.args]
+
+    def torchrun_extra(self) -> list[str]:
+        """torchrun options of ``command`` that chaos passes on (``--role``, ``--start-method``, ...)."""
+        cmd = self.parsed_command()
+        return list(cmd.passthrough) if cmd is not None else []
 
 
 class _NodesSpec(_Model):
@@ -127,7 +180,8 @@ BackendSpec = Annotated[LocalBackendSpec | NetnsBackendSpec | DockerBackendSpec,
 
 
 class Trigger(_Model):
-    """When a fault fires: ``at_step`` (step-accurate, through the probe) or ``at_time_s``."""
+    """When a fault fires: ``at_step`` (step-accurate, through the probe), ``at_time_s``, or for a
+    black-box target ``on_log`` (a rank prints a matching line) or ``on_checkpoint`` (a file changes)."""
 
     at_step: int | None = Field(default=None, ge=1, description="Fire when the job emits `on_event` at this step.")
     at_time_s: float | None = Field(default=None, ge=0, description="Fire this many seconds after the job starts.")
@@ -138,21 +192,51 @@ class Trigger(_Model):
         "is durable, its commit marker not yet written; `checkpoint_saved` = the save is complete.",
     )
     rank: int | None = Field(
-        default=None, ge=0, description="With at_step: the rank whose event counts (default: the fault's ranks)."
+        default=None, ge=0, description="With at_step: the rank whose event counts (default: the fault's ranks). "
+        "With on_log: the rank whose lines count (default: any rank's)."
     )
+    on_log: Regex | None = Field(
+        default=None, description="Black-box: fire when a line a rank prints (stdout or stderr) matches this "
+        "regex (Python `re.search`).")
+    on_checkpoint: PathPattern | None = Field(
+        default=None, description="Black-box: fire when a file matching this path or glob changes, e.g. "
+        "\"{checkpoint_dir}/snapshot.pt\" (a relative path is relative to the run's working directory). Seen "
+        "within one runner tick (20 ms), so a save that takes longer is hit while the file is being written.")
+    change: ChangeKind = Field(
+        default="any", description="With on_checkpoint: `created` = the file appears; `modified` = an existing "
+        "file begins to be rewritten (it shrinks, as open(path, 'wb') truncates it, or is replaced, or changes "
+        "after it was still for 0.5 s); `any` = either.")
+    count: int = Field(default=1, ge=1, description="With on_log or on_checkpoint: fire at the N-th match (1 = the "
+                       "first). on_log counts every rank's lines (each rank prints its own copy): add `rank` to count one.")
 
     @model_validator(mode="after")
     def _one_kind(self) -> Trigger:
-        if (self.at_step is None) == (self.at_time_s is None):
-            raise ValueError("give exactly one of at_step or at_time_s")
+        given = [k for k in ("at_step", "at_time_s", "on_log", "on_checkpoint") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of at_step or at_time_s (or, for a black-box target, on_log or "
+                             f"on_checkpoint); given: {', '.join(given) or 'none'}")
+        if self.count != 1 and self.on_log is None and self.on_checkpoint is None:
+            raise ValueError(f"count={self.count} counts matches of on_log or on_checkpoint; remove it")
         return self
 
     def describe(self) -> str:
+        nth = "" if self.count == 1 else f" ({_ordinal(self.count)} time)"
         if self.at_step is not None:
             of = f" of rank {self.rank}" if self.rank is not None else ""
             where = f" ({self.on_event}{of})" if self.on_event != "step" else (f" (rank {self.rank})" if of else "")
             return f"at step {self.at_step}{where}"
+        if self.on_log is not None:
+            who = f"rank {self.rank}" if self.rank is not None else "a rank"
+            return f"when {who} prints /{self.on_log}/{nth}"
+        if self.on_checkpoint is not None:
+            what = {"created": "is created", "modified": "is rewritten", "any": "changes"}[self.change]
+            return f"when {self.on_checkpoint} {what}{nth}"
         return f"at t={self.at_time_s:g}s"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 class Selector(_Model):
@@ -440,6 +524,9 @@ class CheckSpec(_Model):
 
 
 DEFAULT_CHECKS = ["completes", "restored_from_checkpoint", "equivalent_to_reference", "progress_lost", "recovery_time"]
+# a black-box target's defaults: what can be judged from outside the job
+BLACKBOX_DEFAULT_CHECKS = ["completes", "restored_from_checkpoint", "progress_lost", "recovery_time",
+                           "checkpoint_loadable"]
 
 
 class Scenario(_Model):
@@ -461,6 +548,10 @@ class Scenario(_Model):
         # `backend:` without `kind:` means the local backend.
         if isinstance(data, dict) and isinstance(data.get("backend"), dict) and "kind" not in data["backend"]:
             data = {**data, "backend": {"kind": "local", **data["backend"]}}
+        # a black-box target's default checks are those that can judge it from outside
+        if isinstance(data, dict) and "checks" not in data and isinstance(data.get("target"), dict) \
+                and data["target"].get("blackbox") is not None:
+            data = {**data, "checks": list(BLACKBOX_DEFAULT_CHECKS)}
         # YAML shorthand: `checks: [completes, {recovery_time: {max_s: 60}}]`.
         if isinstance(data, dict) and isinstance(data.get("checks"), list):
             out: list[Any] = []
@@ -487,7 +578,12 @@ class Scenario(_Model):
 
     @property
     def script_path(self) -> Path:
-        return (self.base_dir / self.target.script).resolve()
+        return (self.base_dir / self.target.script_file).resolve()
+
+    @property
+    def blackbox(self) -> BlackboxSpec | None:
+        """The target's black-box section (None for a target that imports the probe)."""
+        return self.target.blackbox
 
     @property
     def world_size(self) -> int:
@@ -502,7 +598,11 @@ class Scenario(_Model):
         import os
 
         data = self.model_dump(mode="json")
-        data["target"]["script"] = str(self.script_path) if script_base is None else os.path.relpath(
-            self.script_path, script_base.resolve())
+        script = str(self.script_path) if script_base is None else os.path.relpath(self.script_path, script_base.resolve())
+        cmd = self.target.parsed_command()
+        if cmd is None:
+            data["target"]["script"] = script
+        else:  # a target given as a command: its script is the word before the script's own arguments
+            data["target"]["command"][len(data["target"]["command"]) - len(cmd.args) - 1] = script
         data["checks"] = [{c.name: c.params} if c.params else c.name for c in self.checks]
         return data

@@ -78,3 +78,18 @@ def interrupt_mid_fault(scenario: Path, runs: Path, signum: int, timeout_s: floa
             proc.kill()
             proc.communicate()
     return run_dir, proc.returncode, out
+
+
+# Tests that measure time (delays, rates, stall lengths, hang bounds) or look at the whole machine
+# (nothing of chaos left anywhere): `make test` runs them one at a time after the rest, which it
+# runs two at a time (pytest -n 2). Runs never collide, so the rest can share the machine.
+SERIAL = ("tests/net/", "tests/disk/", "tests/e2e/test_nodes.py", "tests/e2e/test_network_cli.py",
+          "tests/e2e/test_disk.py", "tests/e2e/test_docker_faults.py", "tests/e2e/test_cleanup.py",
+          "tests/e2e/test_soak.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.fspath)).relative_to(REPO).as_posix() if str(item.fspath).startswith(str(REPO)) else ""
+        if path.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)

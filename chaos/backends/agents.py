@@ -95,7 +95,8 @@ class HostAgents:
             env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
         args = torchrun_args(self.spec, node, self.run_id, self.run_dir / "logs" / "torchelastic",
                              self.endpoint_host(), self.port, self.local_addr(node))
-        cmd = self.wrap(node, [sys.executable, "-m", "torch.distributed.run", *args, launch.script, *launch.args])
+        cmd = self.wrap(node, [sys.executable, "-m", "torch.distributed.run", *args, *launch.torchrun_args,
+                               launch.script, *launch.args])
         with open(self.logs.path(node), "ab") as out:
             proc = subprocess.Popen(
                 cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -8,17 +8,20 @@ backend can support works the same way on each.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
 @dataclass
 class LaunchSpec:
-    """What every node runs: ``python -m torch.distributed.run <torchrun args> script args``."""
+    """What every node runs: ``python -m torch.distributed.run <torchrun args> script args``.
+    ``torchrun_args`` are added to the backend's own (a black-box target's output capture, options
+    passed on from its command)."""
 
     script: str
     args: list[str]
     env: dict[str, str]
+    torchrun_args: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

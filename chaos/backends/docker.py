@@ -259,7 +259,8 @@ class DockerBackend:
         args = torchrun_args(self.spec, node, self.run_id, self.run_dir / "logs" / "torchelastic",
                              self.ip(self.spec.rdzv_node), RDZV_PORT, self.ip(node))
         script = os.path.abspath(self.launch.script)  # the container starts in the run directory
-        return [self.image.python, "-m", "torch.distributed.run", *args, script, *self.launch.args]
+        return [self.image.python, "-m", "torch.distributed.run", *args, *self.launch.torchrun_args, script,
+                *self.launch.args]
 
     def _env(self, node: int) -> dict[str, str]:
         assert self.launch is not None and self.image is not None

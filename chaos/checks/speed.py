@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from chaos.checks.base import CheckContext, Verdict, check
+from chaos.checks.base import CheckContext, Verdict, check, is_blackbox
 from chaos.history import History
 
 DEFAULT_MAX_SLOWDOWN = 50.0
@@ -49,7 +49,7 @@ def phases(history: History) -> list[Phase]:
     end_t = history.events[-1]["t"] if history.events else 0.0
     spans = [(float(f["t"]), healed, str(f.get("description"))) for f, healed in history.fault_spans(*LASTING_FAULTS)]
     gaps = _step_gaps(history)
-    if not spans:
+    if not spans or is_blackbox(history):  # a black-box target's output lines do not time its steps
         return []
 
     def median(a: float, b: float) -> tuple[float | None, float | None, int]:

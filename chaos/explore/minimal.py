@@ -18,6 +18,7 @@ def write_minimal(explorer: Explorer, example: Example) -> Path:
     base = explorer.base
     path = explorer.out_dir / f"{base.name}-minimal.yaml"
     data = example.schedule.apply(base).to_data(script_base=path.parent)
+    data["schedule"] = example.schedule.to_data()  # without the defaults: what a person would write
     data["name"] = f"{base.name}-minimal"
     data["description"] = (f"Minimal failing schedule found by chaos explore (seed {explorer.seed}) from "
                            f"{base.source or base.name}; fails {', '.join(example.failed)}.")

@@ -7,7 +7,7 @@ crash of the runner. An *instant* fault (a kill) has nothing to heal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from chaos.backends.base import Backend
@@ -26,6 +26,7 @@ class FaultEnv:
     run_id: str = ""
     disk: Any = None  # the run's chaos.disk.mount.DiskMount over the checkpoint directory, if mounted
     checkpoint_dir: str = ""  # where the target's checkpoints are (the directory the target writes)
+    checkpoint_globs: list[str] = field(default_factory=list)  # a black-box target's checkpoint files (absolute)
 
 
 class Fault(Protocol):

@@ -7,13 +7,15 @@ copy leaves; ``truncate`` cuts the largest file to ``keep_bytes`` (default half)
 between the shard files and the marker does (awslabs/awsome-distributed-ai#190, pytorch/torchtitan#315).
 
 Checkpoints are found by the bundled target's layouts: directories ``step-<N>/`` (files plus
-``.metadata``) and files ``ckpt-<N>.pt``; the newest is the highest step. When the checkpoint
+``.metadata``) and files ``ckpt-<N>.pt``; the newest is the highest step. For a black-box target,
+the newest is the most recently modified file matching ``target.blackbox.checkpoints``. When the checkpoint
 directory is a FUSE mount (disk faults), the damage is done in its backing directory, so no rule of
 a disk fault delays or fails the runner itself. Instant: there is nothing to heal.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 from pathlib import Path
@@ -43,6 +45,23 @@ def newest_checkpoint(root: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
+def newest_matching(env: FaultEnv) -> Path | None:
+    """A black-box target's most recently modified checkpoint file (read in the FUSE mount's backing
+    directory while there is one)."""
+    root, backing = str(env.checkpoint_dir), getattr(env.disk, "backing", None)
+    found = []
+    for pattern in env.checkpoint_globs:
+        disk = str(backing) + pattern[len(root):] if backing and pattern.startswith(root + os.sep) else pattern
+        for name in glob.glob(disk):
+            if os.path.isfile(name):
+                found.append((os.stat(name).st_mtime_ns, name))
+    return Path(max(found)[1]) if found else None
+
+
+def _newest(env: FaultEnv) -> Path | None:
+    return newest_matching(env) if env.checkpoint_globs else newest_checkpoint(checkpoint_root(env))
+
+
 def _largest_file(ckpt: Path) -> Path:
     if ckpt.is_file():
         return ckpt
@@ -59,13 +78,13 @@ class CheckpointDamage(SpecFault):
     spec: CheckpointFault
 
     def ready(self, env: FaultEnv) -> bool:
-        return newest_checkpoint(checkpoint_root(env)) is not None
+        return _newest(env) is not None
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:
-        root = checkpoint_root(env)
-        ckpt = newest_checkpoint(root)
+        ckpt = _newest(env)
         if ckpt is None:
-            raise ChaosError(f"checkpoint: no checkpoint in {root} to damage")
+            where = env.checkpoint_globs or checkpoint_root(env)
+            raise ChaosError(f"checkpoint: no checkpoint in {where} to damage")
         m = STEP_RE.match(ckpt.name)
         done: dict[str, Any] = {"mode": self.spec.mode, "checkpoint": ckpt.name,
                                 "checkpoint_step": int(m.group(1)) if m else None}

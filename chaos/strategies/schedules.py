@@ -40,7 +40,7 @@ class Schedule:
 
     def to_data(self) -> list[dict[str, Any]]:
         """The schedule as scenario YAML data (defaults left out)."""
-        return [spec.model_dump(mode="json", exclude_defaults=True) | {"fault": spec.fault} for spec in self.faults]
+        return [{"fault": spec.fault, **spec.model_dump(mode="json", exclude_defaults=True)} for spec in self.faults]
 
     def key(self) -> str:
         """A canonical string: equal for equal schedules."""

@@ -83,6 +83,12 @@ class TargetShape:
         if not isinstance(target, Scenario):
             raise TypeError(f"target: expected a Scenario, a scenario path or a TargetShape, got {type(target).__name__}")
         t, b = target.target, target.backend
+        if t.blackbox is not None or t.steps is None:
+            from chaos.errors import ScenarioError
+
+            raise ScenarioError(["target: schedules are drawn at the steps the probe reports, which a black-box target "
+                                 "(target.blackbox) does not; write its schedule by hand (on_log, on_checkpoint, "
+                                 "at_time_s)"], str(target.source) if target.source else None)
         shape = cls(steps=t.steps, checkpoint_every=t.checkpoint_every, nodes=b.nodes, nproc_per_node=b.nproc_per_node,
                     min_nodes=b.min_nodes, rdzv_node=b.rdzv_node, backend=b.kind, max_restarts=b.max_restarts,
                     collective_timeout_s=t.collective_timeout_s)

@@ -81,7 +81,8 @@ def test_rng_not_restored_shrinks_to_one_kill(tmp_path: Path) -> None:
     code, result = explore(tmp_path, "--seed", SEED, "--target-args=--broken no-rng-restore", "--no-database")
     assert code == 1
     minimal = result["minimal"]
-    assert len(minimal["schedule"]) == 1 and minimal["schedule"][0].startswith("kill rank 0 with SIGKILL"), minimal
+    # the first kill that forces a restore: the step after the first checkpoint
+    assert minimal["schedule"] == ["kill rank 0 with SIGKILL at step 11"], minimal
     assert "equivalent_to_reference" in minimal["failed"]
 
 

@@ -1,0 +1,177 @@
+"""A black-box job's checkpoint files, watched from outside: when they change, and whether they load.
+
+:class:`FileWatch` stats every file matching the watched patterns on each runner tick and reports
+*changes*: ``created`` (the path appears), ``modified`` (a rewrite begins: an existing file shrinks —
+``open(path, "wb")`` truncates it —, is replaced by another inode, or changes after it had been still
+for ``QUIET_S``; the growth that follows is the same change), ``deleted``. A file that has been still
+for ``settle_s`` since its last change is *due* for a loadable test. :class:`LoadTester` runs the tests
+on a thread of its own (a test may take seconds), and discards a result if the file changed while it
+was being tested.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chaos.blackbox.loadable import LoadTest
+
+QUIET_S = 0.5  # still this long, a file's next change is a new rewrite (a pause inside one save is shorter)
+
+
+@dataclass
+class FileState:
+    size: int
+    mtime_ns: int
+    ino: int
+    changed_at: float  # when a change was last seen
+    tested: bool = False  # tested since its last change
+
+
+@dataclass
+class Change:
+    path: str
+    change: str  # created | modified | deleted
+    size: int | None
+    t: float
+
+
+def _stat(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+class FileWatch:
+    """Changes of the files matching ``watch`` (absolute globs); which of those matching ``test`` are
+    due for a loadable test. ``remap`` gives (job's directory, directory to read instead) while the
+    checkpoint directory is a FUSE mount, so that a disk fault never stalls the watcher."""
+
+    def __init__(self, watch: list[str], test: list[str], settle_s: float,
+                 remap: Callable[[], tuple[str, str] | None] = lambda: None) -> None:
+        self.watch = list(dict.fromkeys(watch + test))
+        self.test = test
+        self.settle_s = settle_s
+        self.remap = remap
+        self.files: dict[str, FileState] = {}
+
+    def disk_path(self, path: str) -> str:
+        """Where to read the job's ``path`` now."""
+        swap = self.remap()
+        if swap and (path == swap[0] or path.startswith(swap[0] + os.sep)):
+            return swap[1] + path[len(swap[0]):]
+        return path
+
+    def _matches(self) -> dict[str, tuple[int, int, int]]:
+        swap = self.remap()
+        out = {}
+        for pattern in self.watch:
+            disk = pattern
+            if swap and pattern.startswith(swap[0] + os.sep):
+                disk = swap[1] + pattern[len(swap[0]):]
+            for found in glob.glob(disk):
+                st = _stat(found)
+                if st is not None and not os.path.isdir(found):
+                    job_path = swap[0] + found[len(swap[1]):] if swap and disk != pattern else found
+                    out[job_path] = st
+        return out
+
+    def poll(self, now: float | None = None) -> list[Change]:
+        """Changes since the last call."""
+        now = time.time() if now is None else now
+        out = []
+        current = self._matches()
+        for path, (size, mtime, ino) in current.items():
+            old = self.files.get(path)
+            if old is None:
+                self.files[path] = FileState(size, mtime, ino, now)
+                out.append(Change(path, "created", size, now))
+            elif (size, mtime, ino) != (old.size, old.mtime_ns, old.ino):
+                if size < old.size or ino != old.ino or now - old.changed_at >= QUIET_S:
+                    out.append(Change(path, "modified", size, now))
+                old.size, old.mtime_ns, old.ino, old.changed_at, old.tested = size, mtime, ino, now, False
+        for path in [p for p in self.files if p not in current]:
+            del self.files[path]
+            out.append(Change(path, "deleted", None, now))
+        return out
+
+    def tested(self, path: str) -> bool:
+        return any(fnmatch.fnmatchcase(path, p) for p in self.test)
+
+    def due(self, now: float | None = None) -> list[str]:
+        """Files to test now: changed, then still for ``settle_s``, and not tested since. Marked tested."""
+        now = time.time() if now is None else now
+        out = []
+        for path, state in self.files.items():
+            if not state.tested and now - state.changed_at >= self.settle_s and self.tested(path):
+                state.tested = True
+                out.append(path)
+        return out
+
+    def present(self) -> list[str]:
+        """The files to test that exist now."""
+        return [p for p in self.files if self.tested(p)]
+
+    def since_change_s(self, path: str, now: float | None = None) -> float | None:
+        state = self.files.get(path)
+        return None if state is None else (time.time() if now is None else now) - state.changed_at
+
+
+class LoadTester:
+    """Runs loadable tests on one background thread; :meth:`results` collects what finished."""
+
+    def __init__(self, test: LoadTest, disk_path: Callable[[str], str]) -> None:
+        self.test = test
+        self.disk_path = disk_path
+        self._todo: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._done: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="chaos-loadable", daemon=True)
+        self._thread.start()
+
+    def submit(self, path: str, **fields: Any) -> None:
+        """Test ``path``; the result carries ``fields`` (``when``, ``fault_id``, ...)."""
+        self._todo.put({"path": path, **fields})
+
+    def _run(self) -> None:
+        while True:
+            job = self._todo.get()
+            if job is None:
+                return
+            disk = self.disk_path(job["path"])
+            before = _stat(disk)
+            ok: bool | None
+            why: str | None
+            if before is None:
+                ok, why = None, "it was gone when tested"
+            else:
+                try:
+                    ok, why = self.test(Path(disk))
+                except Exception as exc:  # e.g. the file vanished mid-read
+                    ok, why = None, f"the test failed: {type(exc).__name__}: {exc}"
+                if _stat(disk) != before:
+                    ok, why = None, "it changed while being tested"
+            self._done.put({**job, "ok": ok, "reason": why, "bytes": before[0] if before else None})
+
+    def results(self) -> list[dict[str, Any]]:
+        out = []
+        while True:
+            try:
+                out.append(self._done.get_nowait())
+            except queue.Empty:
+                return out
+
+    def close(self, timeout_s: float) -> list[dict[str, Any]]:
+        """Finish the tests asked for (waiting at most ``timeout_s``), stop the thread; their results."""
+        self._todo.put(None)
+        self._thread.join(timeout_s)
+        return self.results()

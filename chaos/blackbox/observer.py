@@ -1,0 +1,176 @@
+"""The runner's eyes on a black-box job: workers, output lines and checkpoint files, as history events.
+
+Recorded in the journal, with ``source: "blackbox"`` (target-side facts, seen from outside):
+
+- ``start`` — a worker process appeared: rank, local_rank, node, restart, world_size, pid (``t`` = its create time)
+- ``log_progress`` — a line matched ``blackbox.progress``: rank, restart, pid, the counter (``step`` or
+  ``epoch``, also as ``progress``), ``loss`` if captured, the line
+- ``log_checkpoint_saved`` — a line matched ``blackbox.saved``: the counter value saved (``progress``)
+- ``log_error`` — an error line on a worker's stderr (the end of a traceback); at most 20 per worker
+- ``checkpoint_change`` — a checkpoint file was created, began to be rewritten, or was deleted; or
+  ``present``: it was there before the job started (left by an earlier run, when it lives outside the
+  run directory: chaos never deletes it, and the job may resume from it)
+- ``checkpoint_checked`` — a loadable test of a checkpoint file: ``when`` (``settled`` after a change,
+  ``fault`` right after a fault that killed a process, ``end``), ``ok`` (true / false / null = could not
+  tell), ``reason``, ``bytes``, ``since_change_s`` (how long the file had been still when tested)
+
+``log_line`` events (every line, with rank and text) are handed to the nemesis for ``on_log`` triggers
+and not recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from chaos.backends.base import Backend
+from chaos.blackbox.files import Change, FileWatch, LoadTester
+from chaos.blackbox.loadable import load_test
+from chaos.blackbox.logs import MAX_LINE, Line, LineParser, LogTail, is_error
+from chaos.blackbox.spec import BlackboxSpec, resolve_pattern
+from chaos.blackbox.triggers import watched_patterns
+from chaos.blackbox.workers import SeenWorker, WorkerScan
+from chaos.history import Event, RunnerLog
+from chaos.scenario import Trigger
+
+SCAN_EVERY_S = 0.1  # how often the agents' children are listed
+ORPHANS_EVERY_S = 1.0  # how often the log directory is searched for workers that died unseen
+MAX_ERRORS = 20  # log_error events per worker
+KILLING = ("kill", "node-crash")
+
+
+@dataclass(frozen=True)
+class Unseen:
+    """The owner of a worker log directory whose process was never seen (it died within a scan)."""
+
+    restart: int
+    local_rank: int
+    rank: int | None
+
+
+class Observer:
+    """See the module docstring. :meth:`poll` on every runner tick; :meth:`after_faults` with the events
+    the nemesis fired; :meth:`finish` once the job is gone."""
+
+    def __init__(self, spec: BlackboxSpec, triggers: list[Trigger], backend: Backend, run_dir: Path, base_dir: Path,
+                 log: RunnerLog, disk: Any = None) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.log = log
+        self.nodes = backend.nodes
+        self.parser = LineParser(spec.progress, spec.saved)
+        self.scan = WorkerScan(self._agents)
+        self.tail = LogTail(run_dir / "logs" / "torchelastic")
+        self.patterns = [resolve_pattern(p, run_dir) for p in spec.checkpoints]
+        self.ckpt_dir = str(run_dir / "checkpoints")
+        self.disk = disk  # the FaultEnv, whose .disk is the FUSE mount while one is mounted
+        self.files = FileWatch(watched_patterns(triggers, run_dir), self.patterns, spec.settle_ms / 1000, self._remap)
+        if spec.loadable_command is None and spec.loadable_function is None:
+            import torch  # noqa: F401  (the default test loads with torch: import it now, not mid-run on the
+            # tester's thread, where it would hold the GIL for seconds and delay the triggers)
+        self.tester = LoadTester(load_test(spec, base_dir, run_dir), self.files.disk_path)
+        self._present = [replace(c, change="present") for c in self.files.poll()]  # before the job starts
+        self._errors: Counter[Any] = Counter()
+        self._next_scan = 0.0
+        self._next_orphans = time.time() + ORPHANS_EVERY_S
+
+    def _agents(self) -> dict[int, int]:
+        pids = {node: self.backend.agent_pid(node) for node in range(self.nodes)}
+        return {node: pid for node, pid in pids.items() if pid is not None}
+
+    def _remap(self) -> tuple[str, str] | None:
+        backing = getattr(getattr(self.disk, "disk", None), "backing", None)
+        return (self.ckpt_dir, str(backing)) if backing else None
+
+    def _record(self, kind: str, **fields: Any) -> Event:
+        return self.log.record(kind, source="blackbox", **fields)
+
+    def summary(self) -> dict[str, Any]:
+        """Recorded in ``run_start`` as ``blackbox``: what the checks need to know of the section."""
+        return {**self.spec.summary(), "patterns": self.patterns}
+
+    # -- workers and lines ---------------------------------------------------------------------------
+    def _started(self, w: SeenWorker) -> Event:
+        if w.log_dir:
+            self.tail.follow(w.log_dir, w)
+        return self._record("start", t=w.started, node=w.node, rank=w.rank, local_rank=w.local_rank,
+                            world_size=w.world_size, restart=w.restart, pid=w.pid, host_pid=w.host_pid)
+
+    def _who(self, owner: Any) -> dict[str, Any]:
+        if isinstance(owner, SeenWorker):
+            return {"rank": owner.rank, "node": owner.node, "restart": owner.restart, "pid": owner.pid}
+        return {"rank": owner.rank, "restart": owner.restart, "local_rank": owner.local_rank, "unseen": True}
+
+    def _line(self, line: Line) -> list[Event]:
+        who = self._who(line.owner)
+        out: list[Event] = [{"t": line.t, "kind": "log_line", "source": "blackbox", "stream": line.stream,
+                             "text": line.text, **who}]
+        text = line.text[:MAX_LINE]
+        progress = self.parser.progress(line.text)
+        if progress is not None:
+            out.append(self._record("log_progress", stream=line.stream, line=text, **who, **progress))
+        saved = self.parser.saved(line.text)
+        if saved is not None:
+            out.append(self._record("log_checkpoint_saved", progress=saved, line=text, **who))
+        if line.stream == "stderr" and is_error(line.text) and self._errors[line.owner] < MAX_ERRORS:
+            self._errors[line.owner] += 1
+            out.append(self._record("log_error", line=text, **who))
+        return out
+
+    def _orphans(self) -> None:
+        for log_dir, restart, local_rank in self.tail.unfollowed():
+            self.tail.follow(log_dir, Unseen(restart, local_rank, local_rank if self.nodes == 1 else None))
+
+    # -- checkpoint files ------------------------------------------------------------------------------
+    def _changed(self, c: Change) -> Event:
+        return self._record("checkpoint_change", t=c.t, path=c.path, change=c.change, size=c.size)
+
+    def _checked(self, result: dict[str, Any]) -> Event:
+        return self._record("checkpoint_checked", **result)
+
+    def _test(self, path: str, when: str, **fields: Any) -> None:
+        since = self.files.since_change_s(path)
+        self.tester.submit(path, when=when, since_change_s=None if since is None else round(since, 3), **fields)
+
+    # -- the runner's calls ------------------------------------------------------------------------------
+    def poll(self) -> list[Event]:
+        """Everything seen since the last call, as events (``log_line`` ones not recorded)."""
+        now = time.time()
+        out: list[Event] = [self._changed(c) for c in self._present]
+        self._present = []
+        if now >= self._next_scan:
+            self._next_scan = now + SCAN_EVERY_S
+            out += [self._started(w) for w in self.scan.scan()]
+        if now >= self._next_orphans:
+            self._next_orphans = now + ORPHANS_EVERY_S
+            self._orphans()
+        for line in self.tail.poll():
+            out += self._line(line)
+        out += [self._changed(c) for c in self.files.poll(now)]
+        for path in self.files.due(now):
+            self._test(path, "settled")
+        out += [self._checked(r) for r in self.tester.results()]
+        return out
+
+    def after_faults(self, fired: list[Event]) -> None:
+        """Right after a fault that killed a process: test every checkpoint file as the fault left it."""
+        for e in fired:
+            if e.get("kind") == "fault_inject" and e.get("fault") in KILLING:
+                self.files.poll()
+                for path in self.files.present():
+                    self._test(path, "fault", fault_id=e.get("fault_id"))
+
+    def finish(self, timeout_s: float = 120.0) -> list[Event]:
+        """The last lines (the job is gone), then a final test of every checkpoint file."""
+        out: list[Event] = [self._started(w) for w in self.scan.scan()]
+        self._orphans()
+        for line in self.tail.poll(final=True):
+            out += [e for e in self._line(line) if e["kind"] != "log_line"]
+        out += [self._changed(c) for c in self.files.poll()]
+        for path in self.files.present():
+            self._test(path, "end")
+        out += [self._checked(r) for r in self.tester.close(timeout_s)]
+        return out
