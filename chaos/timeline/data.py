@@ -116,6 +116,7 @@ class Timeline:
     duration_s: float
     steps: int | None
     ranks: list[int]
+    unit: str = "step"  # what the tracks count: "step", or "epoch" for a black-box target's log lines
     tracks: list[Track] = field(default_factory=list)
     spans: list[Span] = field(default_factory=list)
     markers: list[Marker] = field(default_factory=list)
@@ -153,13 +154,14 @@ def build(events: Iterable[Event]) -> Timeline:
         run_id=str(first.get("run_id", "")), scenario=str(first.get("scenario", "")),
         status=str((end or {}).get("status", "unknown")), t0=t0, duration_s=max(last_t - t0, 0.0),
         steps=first.get("steps"), ranks=ranks, tracks=tracks, spans=spans, markers=markers,
-        recoveries=recoveries(tracks, spans, markers), world_sizes=world_size_changes(history, t0))
+        recoveries=recoveries(tracks, spans, markers), world_sizes=world_size_changes(history, t0),
+        unit="step" if history.probe("step") or not history.probe("log_progress") else "epoch")
 
 
 def extract_tracks(history: History, t0: float) -> list[Track]:
     """One :class:`Track` per worker process (by rank and pid), in order of start."""
     procs: dict[tuple[int, int | None], dict] = {}
-    for e in history.probe("start", "step", "exit"):
+    for e in history.probe("start", "step", "exit", "log_progress"):
         if e.get("rank") is None:
             continue
         key = (int(e["rank"]), e.get("pid"))
@@ -170,6 +172,8 @@ def extract_tracks(history: History, t0: float) -> list[Track]:
             p["start"] = t
         elif e["kind"] == "step" and isinstance(e.get("step"), int):
             p["points"].append((t, e["step"]))
+        elif e["kind"] == "log_progress" and isinstance(e.get("progress"), int):  # a black-box target's log line
+            p["points"].append((t, e["progress"]))
         elif e["kind"] == "exit":
             p["end_s"] = t
             p["end"] = "ok" if e.get("status") == "ok" else short_error(e.get("error") or f"status {e.get('status')}")
@@ -260,7 +264,9 @@ def event_markers(history: History, t0: float) -> list[Marker]:
     for e in history.events:
         kind, t, rank, step = e["kind"], float(e["t"]) - t0, e.get("rank"), e.get("step")
         probe = e.get("source") != "runner"
-        if kind == "checkpoint_saved" and probe:
+        if kind == "log_checkpoint_saved" and probe:  # a black-box target said so in its log
+            out.append(Marker(SAVE, t, "checkpoint saved", rank, e.get("progress", e.get("epoch"))))
+        elif kind == "checkpoint_saved" and probe:
             out.append(Marker(SAVE, t, f"save step {step}", rank, step))
         elif kind == "checkpoint_save_failed" and probe:
             out.append(Marker(SAVE_FAILED, t, f"save of step {step} failed: {short_error(e.get('error', ''))}", rank, step))
@@ -316,6 +322,8 @@ def recoveries(tracks: list[Track], spans: list[Span], markers: list[Marker]) ->
     no step followed it —, the highest step reached before it, and when some rank next completed a
     step past that."""
     points = sorted((t, step, tr.rank, id(tr)) for tr in tracks for t, step in tr.points)
+    if not points:
+        return []  # no progress was seen at all: nothing to measure a recovery by
     setbacks = sorted([m.t_s for m in markers if m.kind in (RESTART, ROLLBACK)] + _step_regressions(tracks))
     ordered = sorted(spans, key=lambda s: s.start_s)
     out = []

@@ -93,9 +93,9 @@ def schedule_table(tl: D.Timeline) -> str:
         if rec is None or rec.setback_s is None:
             back = "no progress lost"
         elif rec.seconds is None:
-            back = f"never got back past step {rec.from_step}"
+            back = f"never got back past {tl.unit} {rec.from_step}"
         else:
-            back = f"past step {rec.from_step} after {rec.seconds:.2f} s"
+            back = f"past {tl.unit} {rec.from_step} after {rec.seconds:.2f} s"
         rows.append(f"<tr><td><code>{escape(s.fault_id)}</code> {escape(s.fault)}</td><td>{escape(s.label)}</td>"
                     f'<td class="num">{fired}</td><td>{healed}</td><td>{escape(back)}</td></tr>')
     for m in tl.markers_of(D.NOT_FIRED):

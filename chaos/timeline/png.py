@@ -176,23 +176,23 @@ def _draw_strip(ax: Any, tl: D.Timeline, lanes: list[tuple[str, list[D.Span]]], 
                 _text_at(ax, s.start_s, y + 0.21, f"{s.label}  ({when})", xr, fontsize=8.5, color="black")
             rec = recs.get((s.fault_id, s.start_s))
             if rec is not None and rec.setback_s is not None and j == 0:
-                _draw_recovery(ax, rec, y - 0.12, xr)
+                _draw_recovery(ax, rec, y - 0.12, xr, tl.unit)
 
 
 def _seconds(x: float) -> str:
     return f"{x:.2g} s" if x < 1 else f"{x:.1f} s"
 
 
-def _draw_recovery(ax: Any, rec: D.Recovery, y: float, xr: tuple[float, float]) -> None:
+def _draw_recovery(ax: Any, rec: D.Recovery, y: float, xr: tuple[float, float], unit: str) -> None:
     end = rec.recovered_s if rec.recovered_s is not None else xr[1]
     ax.annotate("", xy=(end, y), xytext=(rec.start_s, y),
                 arrowprops={"arrowstyle": "|-|" if rec.recovered_s is not None else "->", "color": "#333333",
                             "lw": 1.2, "ls": "-" if rec.recovered_s is not None else "--", "shrinkA": 0, "shrinkB": 0,
                             "mutation_scale": 3 if rec.recovered_s is not None else 10})
     if rec.seconds is not None:
-        text = f"back past step {rec.from_step} after {_seconds(rec.seconds)}"
+        text = f"back past {unit} {rec.from_step} after {_seconds(rec.seconds)}"
     else:
-        text = f"never got back past step {rec.from_step}"
+        text = f"never got back past {unit} {rec.from_step}"
     right = _right(rec.start_s, xr)
     ax.text(end if right else rec.start_s, y - 0.2, text, ha="right" if right else "left", va="center",
             fontsize=8.5, color="#333333", fontweight="bold")
@@ -209,7 +209,7 @@ def _draw_world(ax: Any, tl: D.Timeline, y: float, xr: tuple[float, float]) -> N
 def _draw_rank(ax: Any, tl: D.Timeline, rank: int, handles: dict[str, Any], xr: tuple[float, float]) -> None:
     steps = tl.steps or max((t.last_step or 0 for t in tl.tracks), default=1)
     ax.set_ylim(-steps * 0.06, steps * 1.12)
-    ax.set_ylabel(f"rank {rank}\nstep", fontsize=9)
+    ax.set_ylabel(f"rank {rank}\n{tl.unit}", fontsize=9)
     ax.grid(color="#eeeeee")
     for s in tl.spans:
         color = _fault_color(tl, s.fault_id)
@@ -257,7 +257,7 @@ def _draw_track(ax: Any, tr: D.Track, handles: dict[str, Any], left_off: float) 
     stepped sits at ``left_off``, the step where the rank's previous process left off."""
     color = PROCESS_COLORS[tr.generation % len(PROCESS_COLORS)]
     label = "first process" if tr.generation == 0 else f"process after restart {tr.generation}"
-    base = float(tr.first_step - 1) if tr.first_step is not None else left_off
+    base = float(max(tr.first_step - 1, 0)) if tr.first_step is not None else left_off
     (start,) = ax.plot([tr.start_s], [base], ls="none", marker="^", color="#2ca02c", ms=8, mec="white", mew=0.8,
                        zorder=5)
     handles.setdefault("process started", start)
@@ -321,7 +321,7 @@ def _rank_summary(tl: D.Timeline, rank: int) -> str:
     tracks = tl.tracks_of(rank)
     last = max((t.last_step or 0 for t in tracks), default=0)
     restarts = max(len(tracks) - 1, 0)
-    return f"{len(tracks)} process(es), {restarts} restart(s), reached step {last}" + (f"/{tl.steps}" if tl.steps else "")
+    return f"{len(tracks)} process(es), {restarts} restart(s), reached {tl.unit} {last}" + (f"/{tl.steps}" if tl.steps else "")
 
 
 def _legend_entries(tl: D.Timeline) -> int:

@@ -147,6 +147,23 @@ def test_a_fault_after_which_no_step_came_never_recovered() -> None:
     assert (rec.setback_s, rec.from_step, rec.recovered_s) == (3.0, 25, None)
 
 
+def test_a_black_box_target_is_tracked_by_the_epochs_its_log_lines_name() -> None:
+    def progress(rank: int, pid: int, t: float, epoch: int) -> dict:
+        return {"t": t, "kind": "log_progress", "source": "blackbox", "rank": rank, "pid": pid, "node": 0,
+                "epoch": epoch, "progress": epoch}
+
+    events = [runner("run_start", 0.0, world_size=1), {"t": 0.5, "kind": "start", "source": "blackbox", "rank": 0,
+                                                       "pid": 7, "node": 0}, *[progress(0, 7, 1.0 + e, e) for e in range(3)],
+              runner("fault_inject", 2.5, fault_id="f0", fault="kill", description="kill rank 0"),
+              {"t": 3.0, "kind": "start", "source": "blackbox", "rank": 0, "pid": 8, "node": 0},
+              progress(0, 8, 4.0, 2), progress(0, 8, 5.0, 3), runner("run_end", 6.0, status="completed")]
+    tl = D.build(events)
+    assert tl.unit == "epoch" and [t.points for t in tl.tracks] == [((1.0, 0), (2.0, 1), (3.0, 2)), ((4.0, 2), (5.0, 3))]
+    (rec,) = tl.recoveries
+    assert (rec.from_step, rec.recovered_s) == (2, 5.0)
+    assert D.build([e for e in events if e["kind"] != "log_progress"]).recoveries == []  # no progress seen: no claim
+
+
 def test_a_fault_that_cost_no_progress_has_no_setback() -> None:
     events = [*fault_free_run(), runner("fault_inject", 2.05, fault_id="f0", fault="delay", description="delay"),
               runner("fault_heal", 2.15, fault_id="f0", description="delay")]
