@@ -181,15 +181,21 @@ def cmd_explore(args: argparse.Namespace) -> int:
     explorer = Explorer(scenario, families=families, max_faults=args.max_faults, max_examples=examples,
                         max_minutes=args.minutes, shrink_runs=args.shrink_runs, seed=args.seed, checks=_names(args.checks),
                         runs_dir=args.runs_dir, database=not args.no_database, reference=not args.no_reference)
-    if args.json:
-        result = explorer.run()
-        print(json.dumps(result.to_json(), indent=1, default=str))
-    else:
-        console = Console()
-        with ExploreDisplay(console) as display:
-            explorer.observer = display
+    try:
+        if args.json:
             result = explorer.run()
-        print_explore_result(console, result)
+            print(json.dumps(result.to_json(), indent=1, default=str))
+        else:
+            console = Console()
+            with ExploreDisplay(console) as display:
+                explorer.observer = display
+                result = explorer.run()
+            print_explore_result(console, result)
+    except KeyboardInterrupt:
+        runs = sum(1 for e in explorer.examples if e.result is not None)
+        Console(stderr=True).print(f"[yellow]interrupted[/] after {runs} complete run(s); nothing was left running; "
+                                   f"explore directory: {explorer.out_dir}", highlight=False)
+        return EXIT_INTERRUPTED
     return EXIT_FAILED if result.found else EXIT_OK
 
 

@@ -178,8 +178,8 @@ class Explorer:
         """Search, shrink, write the minimal failing scenario. KeyboardInterrupt if interrupted."""
         self._preflight()
         self.out_dir.mkdir(parents=True, exist_ok=False)
-        self._t0 = time.time()
         self.shape = self._observed_shape()
+        self._t0 = time.time()  # the budget counts from here, after the reference run
         strategy = schedules(self.shape, max_faults=self.max_faults, families=self.families)
         budget = self.max_examples if self.max_examples is not None else 10_000
         db = DirectoryBasedExampleDatabase(str(cache_dir() / "hypothesis")) if self.database else None

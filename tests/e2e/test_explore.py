@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 import yaml
 
 from chaos.history import load_journal
-from tests.conftest import REPO, SCENARIOS
+from tests.conftest import REPO, SCENARIOS, leftover_processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos(requires=["torch", "sklearn"])]
 
@@ -97,3 +99,21 @@ def test_bad_arguments_exit_2_before_any_run(tmp_path: Path, args: list[str], me
     out = chaos("explore", SCENARIO, "--runs-dir", str(tmp_path / "runs"), *args, cache=tmp_path / "cache", timeout=60)
     assert out.returncode == 2 and message in out.stderr, out.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_time_budget_and_ctrl_c(tmp_path: Path) -> None:
+    code, result = explore(tmp_path, "--seed", SEED, "--minutes", "0.02", "--no-database")
+    assert code == 0 and result["stopped"] == "time budget spent" and result["runs"] == 1
+
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "explore", SCENARIO, "--seed", SEED, "--no-database",
+                             "--runs-dir", str(tmp_path / "runs2")], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "CHAOS_CACHE_DIR": str(tmp_path / "cache")})
+    deadline = time.time() + 120
+    while not list((tmp_path / "runs2").glob("explore-*/runs/*/events/*.jsonl")) and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)  # mid-run: the run stops, the search stops, exit 130
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted after 0 complete run(s); nothing was left running" in err
+    for run_dir in (tmp_path / "runs2").glob("explore-*/runs/*"):
+        assert leftover_processes(run_dir, run_dir.name) == []
