@@ -122,6 +122,13 @@ class _Stop(BaseException):
         self.why, self.error = why, error
 
 
+def _reference_run(scenario: Scenario, runs_dir: Path) -> RunResult:
+    result = run_scenario(scenario, runs_dir, reference=False)
+    if result.interrupted:
+        raise KeyboardInterrupt
+    return result
+
+
 class Explorer:
     """Searches schedules of ``scenario``'s target for one that fails a held check.
 
@@ -167,7 +174,7 @@ class Explorer:
         self.examples: list[Example] = []
         self.reference_note = ""
         self._memo: dict[str, Example] = {}
-        self._best: Example | None = None
+        self._first_failure: Example | None = None
         self._shrink_spent = False
         self.repeats = 0  # schedules drawn again (answered from the memo, not run)
         self._t0 = 0.0
@@ -212,7 +219,7 @@ class Explorer:
         if seen is not None:
             self.repeats += 1
             return seen.failing
-        phase = "shrink" if self._best is not None else "generate"
+        phase = "shrink" if self._first_failure is not None else "generate"
         if phase == "generate" and self.max_minutes is not None and time.time() - self._t0 > self.max_minutes * 60:
             raise _Stop("time budget spent")
         if phase == "shrink" and sum(1 for e in self.examples if e.phase == "shrink") >= self.shrink_runs:
@@ -236,8 +243,8 @@ class Explorer:
         example.result, example.seconds = result, time.time() - t
         example.failed = [v.check for v in result.verdicts if v.status == "failed" and v.check in self.held]
         example.unknown = [v.check for v in result.verdicts if v.status == "unknown" and v.check in self.held]
-        if example.failing and self._best is None:
-            self._best = example  # the first failure; find() returns the shrunk one
+        if example.failing and self._first_failure is None:
+            self._first_failure = example  # from now on Hypothesis shrinks; find() returns the result
         if self.observer:
             self.observer.example_done(example)
         return example.failing
@@ -254,8 +261,7 @@ class Explorer:
         """The shape, with the save points the (cached) fault-free reference run shows."""
         if not self.reference:
             return self.shape
-        ref, self.reference_note = ReferenceCache().get_or_run(
-            self.base, lambda s, d: run_scenario(s, d, reference=False))
+        ref, self.reference_note = ReferenceCache().get_or_run(self.base, _reference_run)
         if ref is None:
             return self.shape
         try:
