@@ -7,10 +7,11 @@ crash of the runner. An *instant* fault (a kill) has nothing to heal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from chaos.backends.base import Backend
+from chaos.manifest import Manifest
 from chaos.workers import WorkerTable
 
 
@@ -26,6 +27,7 @@ class FaultEnv:
     run_id: str = ""
     disk: Any = None  # the run's chaos.disk.mount.DiskMount over the checkpoint directory, if mounted
     checkpoint_dir: str = ""  # where the target's checkpoints are (the directory the target writes)
+    manifest: Manifest = field(default_factory=lambda: Manifest(None))  # the run's record of what faults set up
 
 
 class Fault(Protocol):
