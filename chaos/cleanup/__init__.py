@@ -1,0 +1,60 @@
+"""``chaos cleanup``: undo what crashed runs left on this machine, and nothing of a live run.
+
+Library entry point :func:`cleanup`; the CLI prints its :class:`CleanupReport`. How ownership and
+liveness are decided: :mod:`chaos.cleanup.owner`; what is looked at: :mod:`chaos.cleanup.find`; how
+each kind is undone, in which order: :mod:`chaos.cleanup.undo`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.cleanup.find import Item, Plan, plan
+from chaos.cleanup.undo import FAILED, GONE, KEPT, REMOVED, WOULD, Outcome, undo
+
+
+@dataclass
+class CleanupReport:
+    """``outcomes``: one per item acted on (or, in a dry run, that would be); ``kept``: resources and
+    runs left alone because their owner is alive (with the evidence); ``dry_run``."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    kept: list[dict[str, Any]] = field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.failed]
+
+    @property
+    def removed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status in (REMOVED, WOULD)]
+
+    @property
+    def exit_code(self) -> int:
+        """0 everything of dead runs is gone (or, dry run, listed); 1 something could not be removed."""
+        return 1 if self.failures else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dry_run": self.dry_run, "ok": not self.failures, "exit_code": self.exit_code,
+                "removed": len(self.removed), "failed": len(self.failures),
+                "outcomes": [o.to_json() for o in self.outcomes], "kept": self.kept}
+
+
+def cleanup(runs_dir: Path | None = None, *, dry_run: bool = False, all_dead: bool = False, sweep: bool = True,
+            docker: bool = True) -> CleanupReport:
+    """Find what dead runs left and undo it (``dry_run``: only list it).
+
+    ``runs_dir``: run directories whose manifests are read (None: only the registry and the sweep);
+    ``all_dead``: also every dead run in the machine-wide registry, wherever its directory is;
+    ``sweep``: also chaos-named leftovers no manifest names (their owner shown dead);
+    ``docker``: look at the Docker engine too (if one answers). Never raises for a single item;
+    its failure is in the report."""
+    p = plan(runs_dir, all_dead=all_dead, sweep=sweep, with_docker=docker)
+    outcomes = undo(p, dry_run=dry_run)
+    return CleanupReport(outcomes, p.kept, dry_run)
+
+
+__all__ = ["FAILED", "GONE", "KEPT", "REMOVED", "WOULD", "CleanupReport", "Item", "Outcome", "Plan", "cleanup", "plan"]
