@@ -19,6 +19,7 @@ from chaos.cleanup.find import NETNS_DIR, Item, Plan
 from chaos.errors import ChaosError
 from chaos.manifest import Manifest, same_process, unregister
 
+SELF_EXIT_S = 3.0  # a delayer or disk filesystem notices its parent's death within 0.5 s
 TERM_WAIT_S = 5.0
 KILL_WAIT_S = 5.0
 LINK_WAIT_S = 3.0
@@ -65,6 +66,10 @@ def _kill_process(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
             except (psutil.Error, OSError):
                 continue
     gentle = ids.get("role") in ("delayer", "disk-fs")  # they put back what they hold on SIGTERM
+    if gentle:  # an orphan exits by itself within a second, removing its chain or unmounting: let it
+        _, still = psutil.wait_procs([leader], timeout=SELF_EXIT_S)
+        if not still:
+            return GONE, f"pid {pid} exited by itself (its parent is gone)"
     for p in group:
         try:  # psutil checks that the pid is still this process before it signals
             if gentle:
