@@ -14,6 +14,8 @@ from typing import Any
 from chaos.cleanup.find import Item, Plan, plan
 from chaos.cleanup.undo import FAILED, GONE, KEPT, REMOVED, WOULD, Outcome, undo
 
+ROUNDS = 3  # looks at the machine, at most, while each look still finds processes to kill
+
 
 @dataclass
 class CleanupReport:
@@ -53,8 +55,16 @@ def cleanup(runs_dir: Path | None = None, *, dry_run: bool = False, all_dead: bo
     ``docker``: look at the Docker engine too (if one answers). Never raises for a single item;
     its failure is in the report."""
     p = plan(runs_dir, all_dead=all_dead, sweep=sweep, with_docker=docker)
-    outcomes = undo(p, dry_run=dry_run)
-    return CleanupReport(outcomes, p.kept, dry_run)
+    report = CleanupReport(undo(p, dry_run=dry_run), p.kept, dry_run)
+    for _ in range(ROUNDS - 1):  # a process killed mid-fork may have left a child the first look missed
+        if dry_run or not sweep or not any(o.status == REMOVED and o.item.kind == "process" for o in report.outcomes):
+            break
+        p = plan(runs_dir, all_dead=all_dead, sweep=sweep, with_docker=docker)
+        more = [o for o in undo(p) if o.status != GONE]
+        if not more:
+            break
+        report.outcomes += more
+    return report
 
 
 __all__ = ["FAILED", "GONE", "KEPT", "REMOVED", "WOULD", "CleanupReport", "Item", "Outcome", "Plan", "cleanup", "plan"]
