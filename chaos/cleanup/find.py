@@ -231,6 +231,23 @@ def run_dirs(runs_dir: Path | None, extra: list[str]) -> list[Path]:
     return found
 
 
+def untrusted_manifest(run_dir: Path) -> str | None:
+    """Why the manifest of ``run_dir`` is not to be acted on: it or the directory is not owned by this
+    user (or root), or is writable by others than its owner (and this user's group): cleanup runs as
+    root and kills and removes what a manifest names. None if fine."""
+    me = os.geteuid()
+    for path in (run_dir, run_dir / MANIFEST):
+        try:
+            st = path.stat()
+        except OSError as exc:
+            return f"cannot stat {path}: {exc}"
+        if st.st_uid not in (me, 0):
+            return f"{path} belongs to uid {st.st_uid}, not to this user ({me}) or root"
+        if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid not in (os.getegid(), 0)):
+            return f"{path} is writable by others (mode {st.st_mode & 0o777:o}, group {st.st_gid})"
+    return None
+
+
 def snapshot(dirs: list[Path], with_docker: bool = True) -> tuple[Facts, Any, list[Any], list[Any]]:
     """The facts about this machine, after listing what there is (so a run that starts meanwhile made
     nothing that was listed), plus the docker client and chaos-labelled containers and networks."""
@@ -343,6 +360,10 @@ def plan(runs_dir: Path | None, all_dead: bool = False, sweep: bool = True, with
     for d in dirs:
         outstanding = Manifest.read(d)
         if not outstanding:
+            continue
+        doubt = untrusted_manifest(d)
+        if doubt is not None:
+            out.kept.append({"run": d.name, "what": f"{len(outstanding)} resource(s) in {d}", "why": doubt})
             continue
         runner = Manifest.runner(d) or {}
         run_id = str(runner.get("run_id") or d.name)

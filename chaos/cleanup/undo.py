@@ -7,6 +7,7 @@ images nobody uses. Every undo checks that the thing is still there and still ou
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,9 +54,13 @@ def _kill_process(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
         return GONE, f"pid {pid} is gone"
     try:
         leader = psutil.Process(pid)
-        run_id = ids.get("run_id") or leader.environ().get("CHAOS_RUN_ID")
+        env = leader.environ()
+        cmd = leader.cmdline()
     except (psutil.Error, OSError):
         return GONE, f"pid {pid} is gone"
+    run_id = env.get("CHAOS_RUN_ID") or ids.get("run_id")
+    if not env.get("CHAOS_RUN_ID") and not any(m in cmd for m in ("chaos.net.delayer", "chaos.disk.fs")):
+        return KEPT, f"pid {pid} carries no CHAOS_RUN_ID and is no delayer or disk filesystem: not ours"
     group = [leader]
     pgid = ids.get("pgid")
     if pgid == pid:  # a group it leads: its members that carry the same run (never anyone else's)
@@ -298,6 +303,40 @@ def present(item: Item, docker: Any) -> bool:
     return True
 
 
+def untrusted(item: Item) -> str | None:
+    """Why ``item`` must not be acted on although a manifest names it (a manifest is a file, and
+    cleanup runs as root): a namespace or link not named as chaos names them, a mount outside its run
+    directory, a qdisc outside a namespace of the run. None when it may be undone."""
+    from chaos.cleanup.owner import token_of
+
+    ids = item.ids
+    if item.kind in ("netns", "veth", "bridge") and token_of(item.kind, str(ids.get("name"))) is None:
+        return f"{ids.get('name')!r} is not a name chaos gives"
+    if item.source == "sweep":
+        return None
+    run_dir = os.path.realpath(item.source)
+    if item.kind == "mount":
+        for key in ("mountpoint", "backing"):
+            path = os.path.realpath(str(ids.get(key) or run_dir))
+            if not path.startswith(run_dir + os.sep):
+                return f"{key} {path} is outside the run directory {run_dir}"
+    if item.kind == "qdisc":
+        path = str(ids.get("netns"))
+        if path.startswith(str(NETNS_DIR) + "/"):
+            if token_of("netns", path.rsplit("/", 1)[1]) is None:
+                return f"{path} is not a namespace chaos names"
+        else:
+            m = re.fullmatch(r"/proc/(\d+)/ns/net", path)
+            try:
+                if m is None or psutil.Process(int(m.group(1))).environ().get("CHAOS_RUN_ID") != item.run_id:
+                    return f"{path} is not the namespace of a process of run {item.run_id}"
+            except psutil.NoSuchProcess:
+                return None  # the namespace went with its process: nothing will be touched
+            except (psutil.Error, OSError):
+                return f"{path} is not the namespace of a process of run {item.run_id} (cannot read it)"
+    return None
+
+
 def undo(plan: Plan, dry_run: bool = False, docker: Any = None) -> list[Outcome]:
     """Undo the plan's items in order (``dry_run``: say what would be removed, touch nothing). Each
     dead run's manifest gets a release line for what is gone now, and its registry entry goes once
@@ -315,8 +354,11 @@ def undo(plan: Plan, dry_run: bool = False, docker: Any = None) -> list[Outcome]
                                     else "already gone")
             outcomes.append(Outcome(item, WOULD if there else GONE, why))
             continue
+        why_not = untrusted(item)
         try:
-            if item.kind == "image":
+            if why_not is not None:
+                status, detail = KEPT, why_not
+            elif item.kind == "image":
                 status, detail = _image(item.ids, docker, busy)
             elif item.kind in UNDO:
                 status, detail = UNDO[item.kind](item.ids, docker)

@@ -397,6 +397,9 @@ def undo_mount(mountpoint: str, backing: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"mountpoint": mp, "did": False}
     state = _read_state(mp)
     backing = backing or state.get("backing")
+    if backing and Path(os.path.realpath(backing)).parent != Path(mp).parent:
+        out["error"] = f"backing {backing} is not beside {mp}: not moving anything (move the data back by hand)"
+        backing = None
     try:
         if mp in our_mounts():
             out["did"] = True
@@ -406,6 +409,8 @@ def undo_mount(mountpoint: str, backing: str | None = None) -> dict[str, Any]:
             _stop_pid(pid)
         if mp in our_mounts():
             out["error"] = f"{mp} is still mounted: {out.get('error') or 'busy'}"
+            return out
+        if out.get("error"):
             return out
         if backing and os.path.isdir(backing):
             out["did"] = True

@@ -161,3 +161,42 @@ def test_a_mount_lives_while_its_filesystem_or_its_run_does() -> None:
     assert mount_liveness([], RUN, facts(runner_logs={RUN: 7})).alive
     v = mount_liveness([], RUN, facts())
     assert not v.alive and "no filesystem" in v.why
+
+
+# -- trusting a manifest (cleanup runs as root) ----------------------------------------------------------------
+def test_a_manifest_others_can_write_is_not_acted_on(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from chaos.cleanup.find import untrusted_manifest
+    from chaos.manifest import Manifest
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o755)
+    run.chmod(0o755)
+    Manifest(run).add("netns", name=f"chaos-{TOK6}-n0")
+    (run / "resources.jsonl").chmod(0o644)
+    assert untrusted_manifest(run) is None
+    (run / "resources.jsonl").chmod(0o666)
+    assert "writable by others" in (untrusted_manifest(run) or "")
+    (run / "resources.jsonl").chmod(0o644)
+    run.chmod(0o777)
+    assert "writable by others" in (untrusted_manifest(run) or "")
+
+
+def test_what_a_manifest_names_must_look_like_what_a_run_makes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from chaos.cleanup.find import Item
+    from chaos.cleanup.undo import untrusted
+
+    run = str(tmp_path / "run")
+
+    def item(kind: str, **ids: object) -> Item:
+        return Item(kind, kind, dict(ids), RUN, run, "dead")
+
+    assert untrusted(item("netns", name=f"chaos-{TOK6}-n0")) is None
+    assert "not a name chaos gives" in (untrusted(item("netns", name="users-ns")) or "")
+    assert "not a name chaos gives" in (untrusted(item("bridge", name="docker0")) or "")
+    assert untrusted(item("mount", mountpoint=f"{run}/checkpoints", backing=f"{run}/.checkpoints-disk")) is None
+    assert "outside the run directory" in (untrusted(item("mount", mountpoint="/etc", backing=f"{run}/b")) or "")
+    assert "outside the run directory" in (untrusted(item("mount", mountpoint=f"{run}/c", backing="/usr")) or "")
+    assert "not a namespace chaos names" in (untrusted(item("qdisc", netns="/run/netns/users", dev="eth0",
+                                                            handle="1:")) or "")
+    assert "not the namespace of a process of run" in (untrusted(item("qdisc", netns="/proc/1/ns/net", dev="eth0",
+                                                                      handle="1:")) or "")
