@@ -227,10 +227,13 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
                           f"{style.get(o.status, o.status)} {o.detail}".strip())
         console.print(table)
     verb = "would remove" if args.dry_run else "removed"
-    console.print(f"{verb} {len(report.removed)} resource(s) of dead runs; left {len(report.kept)} of live runs alone"
-                  + (f"; [red]{len(report.failures)} could not be removed[/]" if report.failures else ""))
+    bad = len(report.failures) + len(report.refused)
+    console.print(f"{verb} {len(report.removed)} resource(s) of dead runs; left {len(report.kept)} of live owners alone"
+                  + (f"; [red]{bad} could not be removed[/]" if bad else ""))
     for o in report.failures:
         console.print(f"  [red]failed[/] {o.item.kind} {o.item.name}: {o.detail}", markup=True)
+    for r in report.refused:
+        console.print(f"  [red]refused[/] run {r['run']}: {r['what']}: {r['why']}", markup=True)
     return report.exit_code
 
 

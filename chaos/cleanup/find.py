@@ -61,11 +61,13 @@ class Item:
 
 @dataclass
 class Plan:
-    """What to undo (``items``, in undo order), the live runs and resources left alone, and the dead
-    runs whose manifests the items came from (run id → run directory)."""
+    """What to undo (``items``, in undo order), the live runs and resources left alone, dead runs
+    whose manifests are not trusted (``refused``), and the dead runs whose manifests the items came
+    from (run id → run directory)."""
 
     items: list[Item] = field(default_factory=list)
     kept: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[dict[str, Any]] = field(default_factory=list)  # dead runs whose manifests are not acted on
     dead_runs: dict[str, str] = field(default_factory=dict)
     facts: Facts = field(default_factory=Facts)
 
@@ -361,15 +363,16 @@ def plan(runs_dir: Path | None, all_dead: bool = False, sweep: bool = True, with
         outstanding = Manifest.read(d)
         if not outstanding:
             continue
-        doubt = untrusted_manifest(d)
-        if doubt is not None:
-            out.kept.append({"run": d.name, "what": f"{len(outstanding)} resource(s) in {d}", "why": doubt})
-            continue
         runner = Manifest.runner(d) or {}
         run_id = str(runner.get("run_id") or d.name)
         v = run_liveness(run_id, facts)
         if v.alive:
             out.kept.append({"run": run_id, "what": f"{len(outstanding)} resource(s) of a live run", "why": v.why})
+            continue
+        doubt = untrusted_manifest(d)
+        if doubt is not None:
+            out.refused.append({"run": run_id, "what": f"{len(outstanding)} resource(s) its manifest names",
+                                "why": f"manifest not trusted: {doubt}"})
             continue
         out.dead_runs[run_id] = str(d)
         for res in outstanding:

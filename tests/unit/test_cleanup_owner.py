@@ -200,3 +200,29 @@ def test_what_a_manifest_names_must_look_like_what_a_run_makes(tmp_path) -> None
                                                             handle="1:")) or "")
     assert "not the namespace of a process of run" in (untrusted(item("qdisc", netns="/proc/1/ns/net", dev="eth0",
                                                                       handle="1:")) or "")
+
+
+def test_a_dead_runs_manifest_others_can_write_is_refused_and_fails_the_cleanup(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    from chaos.cleanup import cleanup
+    from chaos.manifest import Manifest
+
+    monkeypatch.setenv("CHAOS_LOCK_DIR", str(tmp_path / "locks"))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    run = tmp_path / "runs" / RUN
+    run.mkdir(parents=True)
+    m = Manifest(run)
+    m.add("runner", pid=dead.pid, start=1.0, run_id=RUN, registered=False)
+    m.add("netns", name=f"chaos-{TOK6}-n0")
+    (run / "resources.jsonl").chmod(0o666)
+    report = cleanup(tmp_path / "runs", sweep=False, docker=False)
+    assert report.exit_code == 1 and report.outcomes == []
+    assert report.refused[0]["run"] == RUN and "writable by others" in report.refused[0]["why"]
+    (run / "resources.jsonl").chmod(0o644)
+    report = cleanup(tmp_path / "runs", sweep=False, docker=False)  # trusted now: the namespace is simply gone
+    assert report.exit_code == 0 and report.refused == []
+    assert {o.item.kind: o.status for o in report.outcomes}["netns"] == "gone"
+    assert Manifest.read(run) == []
