@@ -67,6 +67,8 @@ class SoakRun:
     exit_code: int | None = None
     wall_s: float = 0.0
     cleanup_removed: int = 0
+    cleanup_kinds: dict[str, int] = field(default_factory=dict)  # kind → how many cleanup removed
+    fault_kinds: list[str] = field(default_factory=list)
     cleanup_exit: int | None = None
     journal_ok: bool | None = None
     torn_lines: int = 0
@@ -145,7 +147,7 @@ def run_one(index: int, backend: str, mode: str, schedule: Any, after: float | N
     data["schedule"] = schedule.to_data()
     path = work / f"run-{index:03d}-{backend}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    result = SoakRun(index, backend, mode, schedule.describe(), after)
+    result = SoakRun(index, backend, mode, schedule.describe(), after, fault_kinds=[f.fault for f in schedule])
     before = set(runs.glob("*/")) if runs.exists() else set()
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", "--json", "--no-reference", "--runs-dir",
@@ -170,7 +172,9 @@ def run_one(index: int, backend: str, mode: str, schedule: Any, after: float | N
         result.cleanup_exit = out.returncode
         try:
             report = json.loads(out.stdout)
-            result.cleanup_removed = sum(1 for o in report["outcomes"] if o["status"] == "removed")
+            removed = [o["kind"] for o in report["outcomes"] if o["status"] == "removed"]
+            result.cleanup_removed = len(removed)
+            result.cleanup_kinds = dict(Counter(removed))
             if out.returncode != 0:
                 result.problems.append(f"chaos cleanup exited {out.returncode}: "
                                        f"{[o for o in report['outcomes'] if o['status'] == 'failed']}")
@@ -294,7 +298,9 @@ def soak(n: int, seed_value: int, backends: list[str], work: Path, log: Any = pr
         "by_backend_and_mode": {f"{b}/{m}": c for (b, m), c in Counter((r.backend, r.mode) for r in results).items()},
         "exit_codes": dict(Counter(str(r.exit_code) for r in results)),
         "faults_scheduled": sum(len(r.schedule) for r in results),
+        "fault_kinds": dict(Counter(k for r in results for k in r.fault_kinds).most_common()),
         "cleanup_removed": sum(r.cleanup_removed for r in results),
+        "cleanup_removed_by_kind": dict(sum((Counter(r.cleanup_kinds) for r in results), Counter()).most_common()),
         "journals_complete": sum(1 for r in results if r.journal_ok),
         "journals_expected": sum(1 for r in results if r.journal_ok is not None),
         "torn_last_lines": sum(r.torn_lines for r in results),
@@ -316,7 +322,7 @@ def write_report(path: Path, data: dict[str, Any], args: argparse.Namespace) -> 
         f"`python -m benchmarks.soak --runs {c['runs']} --seed {args.seed} --backends {args.backends}` "
         f"({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, shared with other test runs; {c['wall_time_s'] / 60:.0f} min).",
         "Each run is a real `chaos run` of a short scenario with a schedule drawn from `chaos.strategies.schedules`",
-        "(every fault kind the backend takes, 0-2 faults), then completed, SIGINTed or runner-SIGKILLed at a random",
+        "(every fault kind the backend takes, 1-2 faults), then completed, SIGINTed or runner-SIGKILLed at a random",
         "moment (SIGKILL followed by `chaos cleanup`). Method: `benchmarks/soak.py`'s docstring.",
         "",
         "| backend | runs | completed | SIGINT | SIGKILL + cleanup |",
@@ -332,9 +338,10 @@ def write_report(path: Path, data: dict[str, Any], args: argparse.Namespace) -> 
         "",
         "| measure | value |",
         "|---|---|",
-        f"| faults scheduled | {c['faults_scheduled']} |",
+        f"| faults scheduled | {c['faults_scheduled']} ({', '.join(f'{k} {v}' for k, v in c['fault_kinds'].items())}) |",
         f"| exit codes | {', '.join(f'{k}: {v}' for k, v in sorted(c['exit_codes'].items()))} |",
-        f"| resources `chaos cleanup` removed after the SIGKILLs | {c['cleanup_removed']} |",
+        f"| resources `chaos cleanup` removed after the SIGKILLs | {c['cleanup_removed']} "
+        f"({', '.join(f'{k} {v}' for k, v in c['cleanup_removed_by_kind'].items())}) |",
         f"| complete journals (completed and SIGINTed runs that had started) | "
         f"{c['journals_complete']} / {c['journals_expected']} |",
         f"| torn last lines in SIGKILLed runs' files (the rest parsed line by line) | {c['torn_last_lines']} |",
@@ -349,6 +356,10 @@ def write_report(path: Path, data: dict[str, Any], args: argparse.Namespace) -> 
         "collective timeout: the verdict is the run's business, not the soak's); 130 SIGINT; -9 the runner SIGKILLed.",
         "",
     ]
+    failed = [r for r in data["runs"] if r["exit_code"] == 1]
+    if failed:
+        lines += ["Runs whose checks failed (the job's verdict under that schedule, not a soak problem):", ""]
+        lines += [f"- run {r['index']} ({r['backend']}): {'; '.join(r['schedule'])}" for r in failed] + [""]
     problems = [(r["index"], p) for r in data["runs"] for p in r["problems"]]
     if problems:
         lines += ["Problems:", ""] + [f"- run {i}: {p}" for i, p in problems] + [""]
