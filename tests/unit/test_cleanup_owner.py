@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
+
+import pytest
 
 from chaos.cleanup.owner import (
     Facts,
@@ -164,7 +167,7 @@ def test_a_mount_lives_while_its_filesystem_or_its_run_does() -> None:
 
 
 # -- trusting a manifest (cleanup runs as root) ----------------------------------------------------------------
-def test_a_manifest_others_can_write_is_not_acted_on(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_manifest_others_can_write_is_not_acted_on(tmp_path: Path) -> None:
     from chaos.cleanup.find import untrusted_manifest
     from chaos.manifest import Manifest
 
@@ -181,7 +184,7 @@ def test_a_manifest_others_can_write_is_not_acted_on(tmp_path) -> None:  # type:
     assert "writable by others" in (untrusted_manifest(run) or "")
 
 
-def test_what_a_manifest_names_must_look_like_what_a_run_makes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_what_a_manifest_names_must_look_like_what_a_run_makes(tmp_path: Path) -> None:
     from chaos.cleanup.find import Item
     from chaos.cleanup.undo import untrusted
 
@@ -202,7 +205,8 @@ def test_what_a_manifest_names_must_look_like_what_a_run_makes(tmp_path) -> None
                                                                       handle="1:")) or "")
 
 
-def test_a_dead_runs_manifest_others_can_write_is_refused_and_fails_the_cleanup(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_dead_runs_manifest_others_can_write_is_refused_and_fails_the_cleanup(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     import subprocess
     import sys
 
