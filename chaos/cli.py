@@ -68,6 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="which backends and fault mechanisms this machine supports, and why not")
     doc.add_argument("--json", action="store_true")
 
+    cln = sub.add_parser("cleanup", help="undo what crashed runs left (processes, mounts, chains, namespaces, containers)",
+                         description="Removes the resources of runs whose runner is dead: those their manifests "
+                         "(resources.jsonl) name, and chaos-named leftovers no manifest names. A live run's resources "
+                         "are never touched. Exit 0: nothing of a dead run is left; 1: something could not be removed.")
+    cln.add_argument("--runs-dir", type=Path, default=None,
+                     help="run directories to read (default $CHAOS_RUNS_DIR or ./.chaos-runs)")
+    cln.add_argument("--all-dead", action="store_true",
+                     help="also every dead run in the machine-wide registry, wherever its run directory is")
+    cln.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    cln.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+
     lst = sub.add_parser("list", help="list scenarios, faults, checks and backends")
     lst.add_argument("--scenarios-dir", type=Path, default=Path("scenarios"))
     lst.add_argument("--json", action="store_true")
@@ -78,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         commands = {"run": cmd_run, "explore": cmd_explore, "validate": cmd_validate, "list": cmd_list,
-                    "doctor": cmd_doctor, "report": cmd_report}
+                    "doctor": cmd_doctor, "report": cmd_report, "cleanup": cmd_cleanup}
         return commands[args.command](args)
     except (ScenarioError, CapabilityError, StrategyError) as exc:
         if getattr(args, "json", False):
@@ -245,6 +256,40 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         group = r.group
     Console().print(table)
     return EXIT_OK
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    """Exit 0 when nothing of a dead run is left (or, with --dry-run, listed), 1 when something could not be removed."""
+    from chaos.cleanup import cleanup
+    from chaos.runner import default_runs_dir
+
+    report = cleanup(args.runs_dir or default_runs_dir(), dry_run=args.dry_run, all_dead=args.all_dead)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1, default=str))
+        return report.exit_code
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    shown = [o for o in report.outcomes if o.status != "gone" or o.item.kind not in ("runner", "reservation")]
+    if shown:
+        table = Table(title="chaos cleanup" + (" (dry run: nothing removed)" if args.dry_run else ""), expand=True)
+        for col in ("run", "kind", "what", "result"):
+            table.add_column(col, overflow="fold", ratio=1 if col in ("what", "result") else None)
+        style = {"removed": "[green]removed[/]", "would remove": "[yellow]would remove[/]", "gone": "gone",
+                 "kept": "[cyan]kept[/]", "failed": "[red]FAILED[/]"}
+        for o in shown:
+            table.add_row(o.item.run_id or "?", o.item.kind, o.item.name,
+                          f"{style.get(o.status, o.status)} {o.detail}".strip())
+        console.print(table)
+    verb = "would remove" if args.dry_run else "removed"
+    bad = len(report.failures) + len(report.refused)
+    console.print(f"{verb} {len(report.removed)} resource(s) of dead runs; left {len(report.kept)} of live owners alone"
+                  + (f"; [red]{bad} could not be removed[/]" if bad else ""))
+    for o in report.failures:
+        console.print(f"  [red]failed[/] {o.item.kind} {o.item.name}: {o.detail}", markup=True)
+    for r in report.refused:
+        console.print(f"  [red]refused[/] run {r['run']}: {r['what']}: {r['why']}", markup=True)
+    return report.exit_code
 
 
 def cmd_list(args: argparse.Namespace) -> int:

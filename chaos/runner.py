@@ -44,6 +44,7 @@ from chaos.ckptwatch import CheckpointWatcher
 from chaos.ckptwatch import wanted as ckpt_watch_wanted
 from chaos.faults import FaultEnv
 from chaos.history import Event, EventTail, History, RunnerLog, merge_run_dir
+from chaos.manifest import Manifest, process_start, register_run
 from chaos.nemesis import Nemesis
 from chaos.reference import ReferenceCache
 from chaos.scenario import Scenario
@@ -263,11 +264,13 @@ class _Run:
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         _dump_scenario(scenario, self.run_dir / "scenario.yaml")
         self.log = RunnerLog(self.run_dir / "runner.jsonl")
+        self.manifest = Manifest(self.run_dir)  # what the run sets up, for chaos cleanup after a crash
         self.backend = make_backend(scenario.backend, self.run_id, self.run_dir, self.log)
         self.workers = WorkerTable(resolve=self.backend.host_pid)
         box = scenario.blackbox
         self.env = FaultEnv(self.backend, self.workers, self.run_id, checkpoint_dir=str(self.run_dir / "checkpoints"),
-                            checkpoint_globs=[resolve_pattern(p, self.run_dir) for p in box.checkpoints] if box else [])
+                            checkpoint_globs=[resolve_pattern(p, self.run_dir) for p in box.checkpoints] if box else [],
+                            manifest=self.manifest)
         self.nemesis = Nemesis(scenario, self.env, self.log, self.run_dir / "control")
         self.blackbox: BlackboxObserver | None = None
         if box is not None:
@@ -282,6 +285,7 @@ class _Run:
         self.watcher = (CheckpointWatcher(self.run_dir / "checkpoints", self.log)
                         if ckpt_watch_wanted(scenario.check_names()) else None)
         self._last_event: dict[int, float] = {}  # id(worker) → time of its newest event
+        self._disk_fs: dict[str, Any] | None = None  # the disk filesystem process, as the manifest has it
 
     def _notify(self, events: list[Event]) -> None:
         if self.observer is None:
@@ -366,7 +370,10 @@ class _Run:
                           self.run_dir / "events" / "disk.jsonl", os.getpid())
         self.env.disk = mount  # set first: teardown unmounts even a half-made mount
         self._notify([self.log.record("disk_mount", mountpoint=str(ckpt), backing=str(mount.backing))])
+        self.manifest.add("mount", mountpoint=os.path.realpath(ckpt), backing=str(mount.backing))
         mount.mount()
+        if mount.pid is not None:
+            self._disk_fs = self.manifest.add_process("disk-fs", mount.pid)
         if self.watcher is not None:
             self.watcher.backing = mount.backing
 
@@ -378,6 +385,10 @@ class _Run:
             self.watcher.backing = None
         done = mount.unmount()
         self.env.disk = None
+        if not done.get("errors"):
+            if self._disk_fs is not None:
+                self.manifest.release("process", **self._disk_fs)
+            self.manifest.release("mount", mountpoint=os.path.realpath(mount.mountpoint))
         self._notify([self.log.record("disk_unmount", **(done or {}))])
 
     def _hung(self) -> list[dict[str, Any]]:
@@ -401,6 +412,10 @@ class _Run:
         status = "completed"
         signame: str | None = None
         handlers = _install_signal_handlers()
+        registration = register_run(self.run_id, self.run_dir)  # machine-wide, locked while this runner lives
+        runner = self.manifest.add("runner", pid=os.getpid(), start=process_start(os.getpid()), run_id=self.run_id,
+                                   registered=registration is not None,
+                                   registry=str(registration.path) if registration is not None else None)
         try:
             self.nemesis.heal_before()
             start = self.log.record(
@@ -454,7 +469,10 @@ class _Run:
                 self.nemesis.finish(self.max_step)
                 self.log.record("run_end", status=status)
                 self.log.close()
+                self.manifest.release("runner", **runner)
             finally:
+                if registration is not None:  # this runner is done with the run, whatever is left of it
+                    registration.release()
                 _restore_signal_handlers(handlers)
         from chaos.rejudge import conclude  # judges, saves result.json and renders the report
 

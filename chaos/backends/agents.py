@@ -22,6 +22,7 @@ from chaos.backends.procs import kill_run_processes, run_processes, signal_pids
 from chaos.backends.torchrun import AgentLogs, agent_env, error_lines, reserve_port, torchrun_args
 from chaos.errors import ChaosError
 from chaos.history import RunnerLog
+from chaos.manifest import Manifest
 from chaos.reserve import Reservation
 from chaos.scenario import _NodesSpec
 
@@ -49,6 +50,8 @@ class HostAgents:
         self.launch: LaunchSpec | None = None
         self.port = 0
         self._port: Reservation[int] | None = None  # held from start to teardown: no other run gets it
+        self.manifest = Manifest(run_dir)  # what this run sets up, for chaos cleanup after a crash
+        self._recorded: dict[int, dict[str, Any]] = {}  # node → its current agent, as the manifest has it
 
     # -- what a subclass decides ---------------------------------------------------------------
     def preflight(self) -> None:
@@ -82,6 +85,7 @@ class HostAgents:
         self.launch = launch
         self._port = reserve_port()
         self.port = self._port.value
+        self.manifest.add("reservation", pool="ports", value=self.port)
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.setup()
         for node in range(self.spec.nodes):
@@ -103,6 +107,7 @@ class HostAgents:
                 start_new_session=True, cwd=str(self.run_dir),
             )
         self.procs[node] = proc
+        self._recorded[node] = self.manifest.add_process("agent", proc.pid, node=node)
         self._reported.discard(node)
         self.log.record("agent_start", node=node, pid=proc.pid, cmd=cmd)
         return proc
@@ -113,6 +118,8 @@ class HostAgents:
             code = proc.poll()
             if code is not None and node not in self._reported:
                 self._reported.add(node)
+                if node in self._recorded:
+                    self.manifest.release("process", **self._recorded.pop(node))
                 extra = {}
                 if code != 0:
                     log = self.logs.path(node)
@@ -216,3 +223,4 @@ class HostAgents:
         finally:
             if self._port is not None:
                 self._port.release()
+                self.manifest.release("reservation", pool="ports", value=self.port)

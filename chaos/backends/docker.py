@@ -44,6 +44,7 @@ from chaos.backends.procs import kill_run_processes, ns_pid, run_processes
 from chaos.backends.torchrun import AgentLogs, agent_env, error_lines, torchrun_args
 from chaos.errors import CapabilityError, ChaosError, ScenarioError
 from chaos.history import RunnerLog
+from chaos.manifest import Manifest, process_start
 from chaos.scenario import DockerBackendSpec
 
 RDZV_PORT = 29400
@@ -84,9 +85,10 @@ def container_name(run_id: str, node: int) -> str:
 
 def run_labels(run_id: str) -> dict[str, str]:
     """Labels of everything a run makes: ``chaos=1``, ``chaos.run=<run id>`` and the pid of the
-    runner process that made it (``chaos.runner_pid``: what is left of a runner that is gone can be
-    removed without touching live runs)."""
-    return {LABEL: "1", "chaos.run": run_id, "chaos.runner_pid": str(os.getpid())}
+    runner process that made it (``chaos.runner_pid``, ``chaos.runner_start``: what is left of a runner
+    that is gone can be removed without touching live runs)."""
+    return {LABEL: "1", "chaos.run": run_id, "chaos.runner_pid": str(os.getpid()),
+            "chaos.runner_start": str(process_start(os.getpid()))}
 
 
 def _alive(pid: int | None) -> bool:
@@ -175,6 +177,7 @@ class DockerBackend:
         self._pids: dict[int, int] = {}  # node → host pid of the current incarnation's agent
         self._reported: set[int] = set()  # nodes whose current agent's exit was reported
         self._frozen: set[int] = set()
+        self.manifest = Manifest(self.run_dir)  # what this run sets up, for chaos cleanup after a crash
 
     # -- engine ------------------------------------------------------------------------------------
     @property
@@ -231,6 +234,7 @@ class DockerBackend:
                 raise ChaosError("docker: no free /24 left in 10.214.0.0/16 for the run's network; remove old "
                                  "networks (chaos cleanup, docker network prune) or set backend.subnet")
         last: Exception | None = None
+        self.manifest.add("network", name=network_name(self.run_id))
         for subnet in candidates[:20]:  # another run may take a subnet between the look and the create
             ipam = self._types().IPAMConfig(pool_configs=[
                 self._types().IPAMPool(subnet=str(subnet), gateway=str(subnet.network_address + 1))])
@@ -284,6 +288,7 @@ class DockerBackend:
         net_config = api.create_networking_config(
             {self.network.name: api.create_endpoint_config(ipv4_address=self.ip(node))})
         main = EXEC_AGENT if self.host_pids else SHIM_AGENT
+        self.manifest.add("container", name=container_name(self.run_id, node))
         created = api.create_container(  # our entrypoint, not the image's: the agent must be what runs
             self.image.ref, [log, *cmd], entrypoint=["sh", "-c", main, "sh"],
             name=container_name(self.run_id, node), hostname=f"node{node}", environment=self._env(node),
@@ -336,7 +341,7 @@ class DockerBackend:
         self.launch = launch
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.image = node_image(self.client, self.spec.image, self.spec.python, Path(launch.script).resolve().parent,
-                                self.run_dir)
+                                self.run_dir, self.manifest)
         self._create_network()
         for node in range(self.nodes):
             self._create_container(node)
@@ -531,6 +536,9 @@ class DockerBackend:
             container.remove(force=True, v=True)
         except Exception as exc:
             self._error(f"remove {getattr(container, 'name', container)}", exc)
+            if getattr(exc, "status_code", None) != 404:
+                return
+        self.manifest.release("container", name=getattr(container, "name", ""))
 
     def teardown(self) -> None:
         """Unpause, SIGTERM every agent (torchrun stops its workers), SIGKILL what still runs after
@@ -612,6 +620,9 @@ class DockerBackend:
                 net.remove()
             except Exception as exc:
                 self._error(f"remove network {net.name}", exc)
+                if getattr(exc, "status_code", None) != 404:
+                    continue
+            self.manifest.release("network", name=net.name)
         self.network = None
 
 

@@ -105,12 +105,13 @@ def _rootfs_tar() -> bytes:
     return buf.getvalue()
 
 
-def ensure_built_image(client: Any) -> str:
+def ensure_built_image(client: Any, manifest: Any = None) -> str:
     """The tag of the built node image, importing it first if this engine lacks it (about 0.1 s).
 
     Runs that start at once import it once: the look and the import happen under a machine-wide
     lock (two imports would each make an image, and the second's tag would leave the first one
-    untagged behind). Raises ``docker.errors.DockerException`` if the engine refuses the import."""
+    untagged behind). An import is written down in ``manifest`` (a :class:`chaos.manifest.Manifest`),
+    if given, before it is made. Raises ``docker.errors.DockerException`` if the engine refuses the import."""
     import docker.errors
 
     tag = built_tag()
@@ -126,6 +127,8 @@ def ensure_built_image(client: Any) -> str:
         except docker.errors.ImageNotFound:
             pass
         repo, _, version = tag.partition(":")
+        if manifest is not None:
+            manifest.add("image", tag=tag)
         client.api.import_image_from_data(
             _rootfs_tar(), repository=repo, tag=version,
             changes=[f"LABEL {LABEL}=1", f"LABEL chaos.python={os.path.realpath(sys.executable)}"])
@@ -169,17 +172,19 @@ def host_python_paths(python: str | None = None) -> list[str]:
     return paths
 
 
-def node_image(client: Any, image: str | None, python: str | None, script_dir: Path, run_dir: Path) -> NodeImage:
+def node_image(client: Any, image: str | None, python: str | None, script_dir: Path, run_dir: Path,
+               manifest: Any = None) -> NodeImage:
     """The image and mounts of every node of a run.
 
     ``image`` None: the built image (imported now if missing), the host interpreter (``python`` or
     ``sys.executable``) and read-only mounts of the system and Python paths. Otherwise the user's
-    image, ``python`` or ``python``. The run directory is always mounted read-write. Raises
+    image, ``python`` or ``python``. The run directory is always mounted read-write; ``manifest``
+    records an import of the built image. Raises
     ``docker.errors.ImageNotFound`` if ``image`` is not on this machine (nothing is pulled)."""
     src = str(chaos_source_dir())
     run = os.path.abspath(run_dir)
     if image is None:
-        ref = ensure_built_image(client)
+        ref = ensure_built_image(client, manifest)
         exe = python or sys.executable
         system = [p for p in SYSTEM_DIRS if os.path.exists(p) and not os.path.islink(p)]
         system += [p for p in SYSTEM_ETC if os.path.exists(p)]

@@ -132,17 +132,21 @@ class NetnsBackend(HostAgents):
         else:
             self._subnet_lock = reserve_subnet()
             self.subnet = self._subnet_lock.value
+            self.manifest.add("reservation", pool="subnets", value=str(self.subnet))
         made = {"bridge": self.bridge, "namespaces": [self.ns_name(n) for n in range(self.nodes)],
                 "subnet": str(self.subnet)}
         self.log.record("netns_setup", **made)  # before creating, so a crashed run's leftovers are known
         with IPRoute() as ipr:
+            self.manifest.add("bridge", name=self.bridge)
             ipr.link("add", ifname=self.bridge, kind="bridge")
             br = ipr.link_lookup(ifname=self.bridge)[0]
             ipr.link("set", index=br, state="up")
             for node in range(self.nodes):
                 name = self.ns_name(node)
+                self.manifest.add("netns", name=name)
                 netns.create(name)
                 self._made.append(name)
+                self.manifest.add("veth", name=self.veth(node))
                 ipr.link("add", ifname=self.veth(node), kind="veth", peer={"ifname": "eth0", "net_ns_fd": name})
                 v = ipr.link_lookup(ifname=self.veth(node))[0]
                 ipr.link("set", index=v, master=br, state="up")
@@ -162,6 +166,7 @@ class NetnsBackend(HostAgents):
         if not filtered or shutil.which("iptables") is None:
             return
         rules = [["-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"]]
+        self.manifest.add("chain", **self._fwd_ids())
         install_chain(_host_netns(), self.fwd_chain, rules, hooks=("FORWARD",))
         self.log.record("netns_forward_rule", chain=self.fwd_chain, bridge=self.bridge)
 
@@ -194,13 +199,35 @@ class NetnsBackend(HostAgents):
             try:
                 if remove_chain(_host_netns(), self.fwd_chain, hooks=("FORWARD",)):
                     removed["chain"] = self.fwd_chain
+                if self.subnet is not None:
+                    self.manifest.release("chain", **self._fwd_ids())
             except ChaosError as exc:
                 self.log.record("netns_teardown_failed", what=self.fwd_chain, error=str(exc))
         self._made.clear()
+        if self.subnet is not None:  # set up (at least in part): release in the manifest what is gone
+            self._release_gone()
         if self._subnet_lock is not None:  # the namespaces are gone: another run may have the subnet
             self._subnet_lock.release()
+            self.manifest.release("reservation", pool="subnets", value=str(self.subnet))
         if removed["namespaces"] or removed.get("links") or removed.get("chain"):
             self.log.record("netns_teardown", **removed)
+
+    def _fwd_ids(self) -> dict[str, Any]:
+        """The FORWARD chain as the manifest names it: in the host's namespace (by inode)."""
+        return {"netns": "host", "netns_inode": os.stat(_host_netns().path).st_ino, "table": "filter",
+                "chain": self.fwd_chain}
+
+    def _release_gone(self) -> None:
+        """Release, in the manifest, the namespaces, bridge and veths that no longer exist."""
+        from pyroute2 import IPRoute
+
+        for node in range(self.nodes):
+            if not (NETNS_DIR / self.ns_name(node)).exists():
+                self.manifest.release("netns", name=self.ns_name(node))
+        with IPRoute() as ipr:
+            for name, kind in [(self.bridge, "bridge"), *((self.veth(n), "veth") for n in range(self.nodes))]:
+                if not ipr.link_lookup(ifname=name):
+                    self.manifest.release(kind, name=name)
 
 
 def _host_netns() -> Netns:

@@ -388,6 +388,44 @@ def unmount_all_ours(prefix_path: str | os.PathLike[str] | None = None) -> list[
     return out
 
 
+def undo_mount(mountpoint: str, backing: str | None = None) -> dict[str, Any]:
+    """Undo one chaos-disk mount a crashed run left (``chaos cleanup``): unmount it (lazily if busy),
+    stop the filesystem processes serving it, and move the data back from ``backing`` (or the
+    backing directory its state file names). Idempotent; never raises. Returns ``did`` (whether
+    anything was there to undo) and ``error`` when the mount is still there."""
+    mp = os.path.realpath(mountpoint)
+    out: dict[str, Any] = {"mountpoint": mp, "did": False}
+    state = _read_state(mp)
+    backing = backing or state.get("backing")
+    if backing and Path(os.path.realpath(backing)).parent != Path(mp).parent:
+        out["error"] = f"backing {backing} is not beside {mp}: not moving anything (move the data back by hand)"
+        backing = None
+    try:
+        if mp in our_mounts():
+            out["did"] = True
+            out.update(_detach(mp))
+        for pid in fs_pids(mp):
+            out["did"] = True
+            _stop_pid(pid)
+        if mp in our_mounts():
+            out["error"] = f"{mp} is still mounted: {out.get('error') or 'busy'}"
+            return out
+        if out.get("error"):
+            return out
+        if backing and os.path.isdir(backing):
+            out["did"] = True
+            out.update(restore_backing(Path(mp), Path(backing)))
+            if out.get("left_in_backing"):
+                out["error"] = f"{backing} still holds {out['left_in_backing']} (the mountpoint has entries of those names)"
+                return out
+        if state_path(mp).exists():
+            out["did"] = True
+            state_path(mp).unlink()
+    except Exception as exc:
+        out["error"] = str(exc)
+    return out
+
+
 def _state_files(root: Path, depth: int = 3) -> list[Path]:
     """State files of chaos-disk mounts under ``root`` (at most ``depth`` levels down)."""
     out: list[Path] = []

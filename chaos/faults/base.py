@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from chaos.backends.base import Backend
+from chaos.manifest import Manifest
 from chaos.workers import WorkerTable
 
 
@@ -27,6 +28,7 @@ class FaultEnv:
     disk: Any = None  # the run's chaos.disk.mount.DiskMount over the checkpoint directory, if mounted
     checkpoint_dir: str = ""  # where the target's checkpoints are (the directory the target writes)
     checkpoint_globs: list[str] = field(default_factory=list)  # a black-box target's checkpoint files (absolute)
+    manifest: Manifest = field(default_factory=lambda: Manifest(None))  # the run's record of what faults set up
 
 
 class Fault(Protocol):

@@ -159,6 +159,16 @@ class _NetworkFault:
         return tc.qdisc_handle(f"{env.run_id}/{self.id}")
 
 
+def _record_chain(env: FaultEnv, net: NodeNet, chain: str) -> None:
+    """Write down, before it is made, the chain a fault installs in ``net``'s namespace."""
+    env.manifest.add("chain", netns=net.netns_path, table="filter", chain=chain)
+
+
+def _release_chain(env: FaultEnv, net: NodeNet | None, chain: str) -> None:
+    if net is not None:
+        env.manifest.release("chain", netns=net.netns_path, table="filter", chain=chain)
+
+
 def _where(net: NodeNet) -> dict[str, Any]:
     return {"node": net.node, "netns": net.netns_path, "iface": net.iface, "ip": net.ip}
 
@@ -174,6 +184,7 @@ class _QdiscFault(_NetworkFault):
                              f"{handle} (another qdisc fault acting, or one left by a crashed run: chaos cleanup); "
                              "one netem/tbf fault per node at a time")
         self._nets[net.node] = net
+        env.manifest.add("qdisc", netns=net.netns_path, dev=net.iface, handle=self._handle(env))
         cmd = setter(ns)
         return {"qdisc": " ".join(cmd[cmd.index("root"):]), "previous_qdisc": kind}
 
@@ -181,7 +192,9 @@ class _QdiscFault(_NetworkFault):
         net = self._heal_net(env, self.spec.node)
         if net is None:
             return None
-        if not tc.clear_root_qdisc(Netns(net.netns_path), net.iface, self._handle(env)):
+        removed = tc.clear_root_qdisc(Netns(net.netns_path), net.iface, self._handle(env))
+        env.manifest.release("qdisc", netns=net.netns_path, dev=net.iface, handle=self._handle(env))
+        if not removed:
             return None
         return {"mechanism": mechanism, **_where(net), "removed_qdisc": self._handle(env)}
 
@@ -194,6 +207,7 @@ class Delay(_QdiscFault):
         super().__init__(spec, fault_id)
         self.spec: DelayFault = spec
         self._delayer: Delayer | None = None
+        self._delayer_ids: dict[str, Any] | None = None  # the delayer process, as the manifest has it
 
     def _queue(self, env: FaultEnv) -> int:
         """The NFQUEUE number, from the chain's name. Queue numbers are per network namespace
@@ -214,8 +228,10 @@ class Delay(_QdiscFault):
             return {"mechanism": mech, **_where(net), **done, "delay_ms": s.delay_ms, "jitter_ms": s.jitter_ms}
         self._nets[net.node] = net
         self._delayer = Delayer()
+        _record_chain(env, net, self._chain(env))
         started = self._delayer.start(Netns(net.netns_path), net.iface, self._queue(env), self._chain(env),
                                       s.delay_ms, s.jitter_ms, s.correlation_pct)
+        self._delayer_ids = env.manifest.add_process("delayer", started["delayer_pid"], node=net.node)
         return {"mechanism": mech, **_where(net), **started, "delay_ms": s.delay_ms, "jitter_ms": s.jitter_ms}
 
     def heal(self, env: FaultEnv) -> dict[str, Any] | None:
@@ -227,10 +243,14 @@ class Delay(_QdiscFault):
         if self._delayer is not None:
             done.update(self._delayer.stop() or {})
             self._delayer = None
+        if self._delayer_ids is not None:
+            env.manifest.release("process", **self._delayer_ids)
+            self._delayer_ids = None
         chain = self._chain(env)
         net = self._heal_net(env, self.spec.node)
         if net is not None and remove_chain(Netns(net.netns_path), chain):
             done["chain"] = chain
+        _release_chain(env, self._nets.get(self.spec.node) or net, chain)
         stray = [pid for pid in find_delayers(chain) if stop_pid(pid)]
         if stray:
             done["stray_delayer_pids"] = stray
@@ -264,6 +284,7 @@ class Loss(_QdiscFault):
         try:
             for peer in receivers:
                 self._nets[peer.node] = peer
+                _record_chain(env, peer, chain)
                 install_chain(Netns(peer.netns_path), chain, inbound_loss_rules(self.spec.percent, net.ip), ("INPUT",))
         except ChaosError:
             self.heal(env)
@@ -281,6 +302,7 @@ class Loss(_QdiscFault):
             peer = self._heal_net(env, node)
             if peer is not None and remove_chain(Netns(peer.netns_path), chain):
                 healed.append(node)
+            _release_chain(env, self._nets.get(node) or peer, chain)
         if not healed:
             return None
         return {"mechanism": "iptables", "node": self.spec.node, "chain": chain, "nodes": healed}
@@ -326,6 +348,7 @@ class Partition(_NetworkFault):
             for k, side in enumerate(sides):
                 peers = [p.ip for p in sides[1 - k]]
                 for net in side:
+                    _record_chain(env, net, chain)
                     install_chain(Netns(net.netns_path), chain, partition_rules(peers), ("INPUT", "OUTPUT"))
         except ChaosError:
             self.heal(env)
@@ -345,6 +368,7 @@ class Partition(_NetworkFault):
             try:
                 if remove_chain(Netns(net.netns_path), chain):
                     healed.append(node)
+                _release_chain(env, self._nets.get(node) or net, chain)
             except ChaosError as exc:  # heal the other nodes anyway, then report
                 errors.append(str(exc))
         if errors:

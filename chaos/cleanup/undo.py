@@ -1,0 +1,379 @@
+"""Undoing a plan's items, in a safe order: processes first (so nothing uses what goes next), then
+FUSE mounts, qdiscs, iptables chains, namespaces, veths, bridges, containers, networks, and built
+images nobody uses. Every undo checks that the thing is still there and still ours (a process by pid
+*and* start time, a container by its ``chaos.run`` label) and is idempotent: "gone" is a success.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from chaos.cleanup.find import NETNS_DIR, Item, Plan
+from chaos.errors import ChaosError
+from chaos.manifest import Manifest, same_process, unregister
+
+SELF_EXIT_S = 3.0  # a delayer or disk filesystem notices its parent's death within 0.5 s
+TERM_WAIT_S = 5.0
+KILL_WAIT_S = 5.0
+LINK_WAIT_S = 3.0
+
+REMOVED, GONE, KEPT, FAILED, WOULD = "removed", "gone", "kept", "failed", "would remove"
+
+
+@dataclass
+class Outcome:
+    """What became of one item: ``status`` (removed, gone — nothing was left to undo, kept — left on
+    purpose, failed, would remove) and ``detail``."""
+
+    item: Item
+    status: str
+    detail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAILED
+
+    def to_json(self) -> dict[str, Any]:
+        i = self.item
+        return {"kind": i.kind, "name": i.name, "run": i.run_id, "source": i.source, "owner": i.why,
+                "status": self.status, "detail": self.detail, "ids": i.ids}
+
+
+# -- one undo per kind -------------------------------------------------------------------------------
+def _kill_process(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
+    pid, start = int(ids["pid"]), ids.get("start")
+    if not same_process(pid, start):
+        return GONE, f"pid {pid} is gone"
+    try:
+        leader = psutil.Process(pid)
+        env = leader.environ()
+        cmd = leader.cmdline()
+    except (psutil.Error, OSError):
+        return GONE, f"pid {pid} is gone"
+    run_id = env.get("CHAOS_RUN_ID") or ids.get("run_id")
+    if not env.get("CHAOS_RUN_ID") and not any(m in cmd for m in ("chaos.net.delayer", "chaos.disk.fs")):
+        return KEPT, f"pid {pid} carries no CHAOS_RUN_ID and is no delayer or disk filesystem: not ours"
+    group = [leader]
+    pgid = ids.get("pgid")
+    if pgid == pid:  # a group it leads: its members that carry the same run (never anyone else's)
+        for p in psutil.process_iter(["pid"]):
+            try:
+                if p.pid != pid and os.getpgid(p.pid) == pgid and run_id and p.environ().get("CHAOS_RUN_ID") == run_id:
+                    group.append(p)
+            except (psutil.Error, OSError):
+                continue
+    gentle = ids.get("role") in ("delayer", "disk-fs")  # they put back what they hold on SIGTERM
+    if gentle:  # an orphan exits by itself within a second, removing its chain or unmounting: let it
+        _, still = psutil.wait_procs([leader], timeout=SELF_EXIT_S)
+        if not still:
+            return GONE, f"pid {pid} exited by itself (its parent is gone)"
+    for p in group:
+        try:  # psutil checks that the pid is still this process before it signals
+            if gentle:
+                p.terminate()
+            else:
+                p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(group, timeout=TERM_WAIT_S if gentle else KILL_WAIT_S)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(alive, timeout=KILL_WAIT_S)
+    if alive:
+        return FAILED, f"pids {[p.pid for p in alive]} still run after SIGKILL (uninterruptible sleep?)"
+    how = "SIGTERM" if gentle else "SIGKILL"
+    return REMOVED, f"{how} pid {pid}" + (f" and {len(group) - 1} of its group" if len(group) > 1 else "")
+
+
+def _unmount(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
+    from chaos.disk.mount import undo_mount
+
+    done = undo_mount(str(ids["mountpoint"]), ids.get("backing"))
+    if done.get("error"):
+        return FAILED, str(done["error"])
+    if not done.get("did"):
+        return GONE, "not mounted, no data left in a backing directory"
+    moved = done.get("moved_back")
+    return REMOVED, "unmounted" + (" lazily" if done.get("lazy") else "") + (f", {moved} entries moved back" if moved else "")
+
+
+def _netns_of(ids: dict[str, Any]) -> tuple[Any, str]:
+    """The namespace a qdisc or chain lives in, or why it cannot be entered."""
+    from chaos.net.netns import Netns
+
+    if ids.get("netns") == "host":
+        here = os.stat("/proc/self/ns/net").st_ino
+        if ids.get("netns_inode") not in (None, here):
+            return None, f"recorded in network namespace inode {ids.get('netns_inode')}, not this one ({here})"
+        return Netns("/proc/self/ns/net"), ""
+    ns = Netns(str(ids.get("netns")))
+    return (ns, "") if ns.exists() else (None, "gone with its namespace")
+
+
+def _qdisc(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
+    from chaos.net.tc import clear_root_qdisc
+
+    ns, why = _netns_of(ids)
+    if ns is None:
+        return GONE, why
+    if clear_root_qdisc(ns, str(ids["dev"]), str(ids["handle"])):
+        return REMOVED, f"root qdisc {ids['handle']} of {ids['dev']}"
+    return GONE, "not the root qdisc there any more"
+
+
+def _chain(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
+    from chaos.net.iptables import PREFIX, remove_chain
+
+    chain = str(ids["chain"])
+    if not chain.startswith(PREFIX):
+        return KEPT, "not a chain of chaos"
+    ns, why = _netns_of(ids)
+    if ns is None:
+        return (FAILED if "inode" in why else GONE), why
+    return (REMOVED, "chain and its jumps") if remove_chain(ns, chain) else (GONE, "no such chain")
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=15)
+
+
+def _netns(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
+    name = str(ids["name"])
+    if not (NETNS_DIR / name).exists():
+        return GONE, "no such namespace"
+    r = _ip("netns", "del", name)
+    if (NETNS_DIR / name).exists():
+        return FAILED, f"ip netns del {name}: {r.stderr.strip() or 'still there'}"
+    return REMOVED, "namespace (and the veth ends in it)"
+
+
+def _link_exists(name: str) -> bool:
+    return _ip("link", "show", "dev", name).returncode == 0
+
+
+def _link(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
+    import time
+
+    name = str(ids["name"])
+    if not _link_exists(name):
+        return GONE, "no such link"
+    r = _ip("link", "del", "dev", name)
+    deadline = time.monotonic() + LINK_WAIT_S  # a veth's deletion completes asynchronously
+    while _link_exists(name) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _link_exists(name):
+        return FAILED, f"ip link del {name}: {r.stderr.strip() or 'still there'}"
+    return REMOVED, "link"
+
+
+def _ours(obj: Any) -> bool:
+    labels = (getattr(obj, "labels", None) if hasattr(obj, "labels") else None) or obj.attrs.get("Labels") or {}
+    return labels.get("chaos") == "1" and bool(labels.get("chaos.run"))
+
+
+def _container(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
+    if docker is None:
+        return FAILED, "no Docker engine answers"
+    import docker.errors as derr
+
+    try:
+        c = docker.containers.get(str(ids["name"]))
+    except derr.NotFound:
+        return GONE, "no such container"
+    if not _ours(c):
+        return KEPT, "not labelled chaos=1 and chaos.run: not ours"
+    try:
+        if c.status == "paused":
+            c.unpause()
+        c.remove(force=True, v=True)
+    except derr.NotFound:
+        return GONE, "no such container"
+    except Exception as exc:
+        return FAILED, f"docker rm -f {c.name}: {exc}"[:300]
+    return REMOVED, f"container ({c.status})"
+
+
+def _network(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
+    if docker is None:
+        return FAILED, "no Docker engine answers"
+    import docker.errors as derr
+
+    name = str(ids["name"])
+    nets = [n for n in docker.networks.list(names=[name]) if n.name == name]
+    if not nets:
+        return GONE, "no such network"
+    for net in nets:
+        if not _ours(net):
+            return KEPT, "not labelled chaos=1 and chaos.run: not ours"
+        try:
+            net.remove()
+        except derr.NotFound:
+            continue
+        except Exception as exc:
+            return FAILED, f"docker network rm {name}: {exc}"[:300]
+    return REMOVED, "network"
+
+
+def _image(ids: dict[str, Any], docker: Any, busy: bool = False) -> tuple[str, str]:
+    if docker is None:
+        return FAILED, "no Docker engine answers"
+    import docker.errors as derr
+
+    tag = str(ids["tag"])
+    try:
+        image = docker.images.get(tag)
+    except derr.ImageNotFound:
+        return GONE, "no such image"
+    if (image.labels or {}).get("chaos") != "1":
+        return KEPT, "not labelled chaos=1: not ours"
+    users = [c.name for c in docker.containers.list(all=True) if c.image is not None and c.image.id == image.id]
+    if users:
+        return KEPT, f"the shared node image is used by {', '.join(users[:3])}"
+    if busy:
+        return KEPT, "the shared node image: other chaos runs are alive and may start containers of it"
+    try:
+        docker.images.remove(image.id, force=False)
+    except derr.ImageNotFound:
+        return GONE, "no such image"
+    except Exception as exc:
+        return KEPT, f"in use ({exc})"[:300]
+    return REMOVED, "built node image"
+
+
+def _nothing(why: str) -> Callable[[dict[str, Any], Any], tuple[str, str]]:
+    return lambda ids, docker: (GONE, why)
+
+
+UNDO: dict[str, Callable[[dict[str, Any], Any], tuple[str, str]]] = {
+    "process": _kill_process,
+    "mount": _unmount,
+    "qdisc": _qdisc,
+    "chain": _chain,
+    "netns": _netns,
+    "veth": _link,
+    "bridge": _link,
+    "container": _container,
+    "network": _network,
+    "reservation": _nothing("the kernel dropped its lock with the runner"),
+    "runner": _nothing("the runner is gone"),
+}
+
+
+def present(item: Item, docker: Any) -> bool:
+    """Whether ``item`` is still there to undo (what a dry run reports); True when it cannot tell."""
+    ids = item.ids
+    try:
+        if item.kind == "process":
+            return same_process(int(ids["pid"]), ids.get("start"))
+        if item.kind == "mount":
+            from chaos.disk.fs import our_mounts
+
+            backing = ids.get("backing")
+            return os.path.realpath(str(ids["mountpoint"])) in our_mounts() or bool(backing and os.path.isdir(backing))
+        if item.kind == "netns":
+            return (NETNS_DIR / str(ids["name"])).exists()
+        if item.kind in ("veth", "bridge"):
+            return _link_exists(str(ids["name"]))
+        if item.kind in ("qdisc", "chain"):
+            ns, _ = _netns_of(ids)
+            if ns is None:
+                return False
+            if item.kind == "chain":
+                from chaos.net.iptables import list_rules
+
+                return f"-N {ids['chain']}" in list_rules(ns)
+            from chaos.net.tc import root_qdisc_handle
+
+            return root_qdisc_handle(ns, str(ids["dev"]))[1] == ids.get("handle")
+        if item.kind in ("runner", "reservation"):
+            return False
+    except (ChaosError, OSError, subprocess.SubprocessError, ValueError):
+        return True
+    return True
+
+
+def untrusted(item: Item) -> str | None:
+    """Why ``item`` must not be acted on although a manifest names it (a manifest is a file, and
+    cleanup runs as root): a namespace or link not named as chaos names them, a mount outside its run
+    directory, a qdisc outside a namespace of the run. None when it may be undone."""
+    from chaos.cleanup.owner import token_of
+
+    ids = item.ids
+    if item.kind in ("netns", "veth", "bridge") and token_of(item.kind, str(ids.get("name"))) is None:
+        return f"{ids.get('name')!r} is not a name chaos gives"
+    if item.source == "sweep":
+        return None
+    run_dir = os.path.realpath(item.source)
+    if item.kind == "mount":
+        for key in ("mountpoint", "backing"):
+            path = os.path.realpath(str(ids.get(key) or run_dir))
+            if not path.startswith(run_dir + os.sep):
+                return f"{key} {path} is outside the run directory {run_dir}"
+    if item.kind == "qdisc":
+        path = str(ids.get("netns"))
+        if path.startswith(str(NETNS_DIR) + "/"):
+            if token_of("netns", path.rsplit("/", 1)[1]) is None:
+                return f"{path} is not a namespace chaos names"
+        else:
+            m = re.fullmatch(r"/proc/(\d+)/ns/net", path)
+            try:
+                if m is None or psutil.Process(int(m.group(1))).environ().get("CHAOS_RUN_ID") != item.run_id:
+                    return f"{path} is not the namespace of a process of run {item.run_id}"
+            except psutil.NoSuchProcess:
+                return None  # the namespace went with its process: nothing will be touched
+            except (psutil.Error, OSError):
+                return f"{path} is not the namespace of a process of run {item.run_id} (cannot read it)"
+    return None
+
+
+def undo(plan: Plan, dry_run: bool = False, docker: Any = None) -> list[Outcome]:
+    """Undo the plan's items in order (``dry_run``: say what would be removed, touch nothing). Each
+    dead run's manifest gets a release line for what is gone now, and its registry entry goes once
+    nothing of it is outstanding."""
+    if docker is None and any(i.kind in ("container", "network", "image") for i in plan.items):
+        from chaos.cleanup.find import docker_objects
+
+        docker = docker_objects()[0]
+    busy = bool(plan.facts.runner_logs) or any(plan.facts.registry_locked.values())
+    outcomes: list[Outcome] = []
+    for item in plan.ordered():
+        if dry_run:
+            there = present(item, docker)
+            why = "" if there else (UNDO[item.kind](item.ids, None)[1] if item.kind in ("runner", "reservation")
+                                    else "already gone")
+            outcomes.append(Outcome(item, WOULD if there else GONE, why))
+            continue
+        why_not = untrusted(item)
+        try:
+            if why_not is not None:
+                status, detail = KEPT, why_not
+            elif item.kind == "image":
+                status, detail = _image(item.ids, docker, busy)
+            elif item.kind in UNDO:
+                status, detail = UNDO[item.kind](item.ids, docker)
+            else:
+                status, detail = KEPT, f"unknown kind {item.kind!r}: left"
+        except (ChaosError, OSError, subprocess.SubprocessError) as exc:
+            status, detail = FAILED, str(exc)[:300]
+        outcomes.append(Outcome(item, status, detail))
+        if item.source != "sweep" and status in (REMOVED, GONE, KEPT):
+            Manifest(item.source).release(item.kind, **item.ids)
+    if not dry_run:
+        for run_id, run_dir in plan.dead_runs.items():
+            if not Manifest.read(Path(run_dir)):
+                unregister(run_id)
+    return outcomes
+
+
+__all__ = ["FAILED", "GONE", "KEPT", "REMOVED", "UNDO", "WOULD", "Outcome", "undo"]
