@@ -23,7 +23,7 @@ demo: system $(VENV)/.installed
 	$(VENV)/bin/chaos run scenarios/kill-worker.yaml
 
 test: system $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -v -n 2 -m "not serial"
+	$(VENV)/bin/python -m pytest -v -n 2 --dist worksteal -m "not serial"
 	$(VENV)/bin/python -m pytest -v -p no:xdist -m serial
 
 test-fast: $(VENV)/.installed

@@ -20,9 +20,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from random import Random
 from typing import Any, Protocol
 
+import hypothesis.core as hypothesis_core
 from hypothesis import Verbosity, find, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import NoSuchExample
@@ -196,8 +196,11 @@ class Explorer:
             self.observer.started(self)
         stopped = "budget of examples spent" if self.max_examples is not None else "time budget spent"
         minimal: Example | None = None
+        # The seed goes in as pytest's --hypothesis-seed does: find(random=...) applies @seed, which turns
+        # the example database off, and the database is what makes a found failure come back first.
+        forced, hypothesis_core.global_force_seed = hypothesis_core.global_force_seed, self.seed  # type: ignore[assignment]
         try:
-            found = find(strategy, self._fails, settings=conf, random=Random(self.seed), database_key=self.database_key())
+            found = find(strategy, self._fails, settings=conf, database_key=self.database_key())
             minimal = self._memo[found.key()]
             stopped = (f"shrink budget of {self.shrink_runs} run(s) spent" if self._shrink_spent
                        else "shrunk to a minimal failing schedule")
@@ -207,6 +210,8 @@ class Explorer:
             if stop.error is not None:
                 raise stop.error from None
             stopped = stop.why
+        finally:
+            hypothesis_core.global_force_seed = forced
         path = self._write_minimal(minimal) if minimal is not None else None
         result = ExploreResult(self.base, self.out_dir, self.seed, self.examples, minimal, path,
                                time.time() - self._t0, stopped, self.reference_note, self.repeats)

@@ -22,7 +22,7 @@ from tests.conftest import REPO, SCENARIOS, leftover_processes
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos(requires=["torch", "sklearn"])]
 
 SCENARIO = str(SCENARIOS / "explore-digits.yaml")
-SEED = "1"  # the search is deterministic given the seed and the target; this one draws the save kill 6th
+SEED = "1"  # the search is deterministic given the seed and the target; this one draws a kill mid-save by the 10th
 
 
 def chaos(*args: str, cache: Path, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
@@ -75,7 +75,7 @@ def test_non_atomic_save_shrinks_to_one_kill_during_a_save_and_replays(tmp_path:
 def test_correct_target_survives_the_same_budget(tmp_path: Path) -> None:
     code, result = explore(tmp_path, "--seed", SEED, "--examples", "30", "--no-database")
     assert code == 0 and not result["found"], [e for e in result["examples"] if e["failed"]]
-    assert result["runs"] >= 20 and result["runs"] + result["repeats"] >= 30
+    assert result["stopped"] == "budget of examples spent" and result["runs"] >= 15
     assert any("checkpoint_write" in line for e in result["examples"] for line in e["schedule"])  # it tried saves
 
 
