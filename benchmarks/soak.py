@@ -63,6 +63,7 @@ class SoakRun:
     mode: str
     schedule: list[str]
     interrupt_after_s: float | None = None
+    ended_first: bool = False  # the run ended before its interrupt was due
     run_dir: str | None = None
     exit_code: int | None = None
     wall_s: float = 0.0
@@ -156,6 +157,7 @@ def run_one(index: int, backend: str, mode: str, schedule: Any, after: float | N
         if after is not None:
             try:
                 proc.wait(timeout=after)
+                result.ended_first = True
             except subprocess.TimeoutExpired:
                 proc.send_signal(signal.SIGINT if mode == "sigint" else signal.SIGKILL)
         proc.communicate(timeout=RUN_TIMEOUT_S)
@@ -297,6 +299,8 @@ def soak(n: int, seed_value: int, backends: list[str], work: Path, log: Any = pr
         "by_mode": dict(Counter(r.mode for r in results)),
         "by_backend_and_mode": {f"{b}/{m}": c for (b, m), c in Counter((r.backend, r.mode) for r in results).items()},
         "exit_codes": dict(Counter(str(r.exit_code) for r in results)),
+        "ended_before_interrupt": sum(1 for r in results if r.ended_first),
+        "sigint_in_teardown": sum(1 for r in results if r.mode == "sigint" and not r.ended_first and r.exit_code != 130),
         "faults_scheduled": sum(len(r.schedule) for r in results),
         "fault_kinds": dict(Counter(k for r in results for k in r.fault_kinds).most_common()),
         "cleanup_removed": sum(r.cleanup_removed for r in results),
@@ -340,6 +344,9 @@ def write_report(path: Path, data: dict[str, Any], args: argparse.Namespace) -> 
         "|---|---|",
         f"| faults scheduled | {c['faults_scheduled']} ({', '.join(f'{k} {v}' for k, v in c['fault_kinds'].items())}) |",
         f"| exit codes | {', '.join(f'{k}: {v}' for k, v in sorted(c['exit_codes'].items()))} |",
+        f"| runs that ended before their interrupt was due | {c['ended_before_interrupt']} |",
+        f"| SIGINTs that landed in the runner's teardown (ignored there: the run ends as it would) | "
+        f"{c['sigint_in_teardown']} |",
         f"| resources `chaos cleanup` removed after the SIGKILLs | {c['cleanup_removed']} "
         f"({', '.join(f'{k} {v}' for k, v in c['cleanup_removed_by_kind'].items())}) |",
         f"| complete journals (completed and SIGINTed runs that had started) | "

@@ -190,11 +190,10 @@ class _QdiscFault(_NetworkFault):
 
     def _heal_qdisc(self, env: FaultEnv, mechanism: str) -> dict[str, Any] | None:
         net = self._heal_net(env, self.spec.node)
-        if net is None:
-            return None
-        removed = tc.clear_root_qdisc(Netns(net.netns_path), net.iface, self._handle(env))
-        env.manifest.release("qdisc", netns=net.netns_path, dev=net.iface, handle=self._handle(env))
-        if not removed:
+        removed = net is not None and tc.clear_root_qdisc(Netns(net.netns_path), net.iface, self._handle(env))
+        for n in {x.netns_path: x for x in (self._nets.get(self.spec.node), net) if x is not None}.values():
+            env.manifest.release("qdisc", netns=n.netns_path, dev=n.iface, handle=self._handle(env))  # or gone with it
+        if not removed or net is None:
             return None
         return {"mechanism": mechanism, **_where(net), "removed_qdisc": self._handle(env)}
 
@@ -364,6 +363,7 @@ class Partition(_NetworkFault):
         for node in self.nodes():
             net = self._heal_net(env, node)
             if net is None:
+                _release_chain(env, self._nets.get(node), chain)  # gone with its namespace
                 continue
             try:
                 if remove_chain(Netns(net.netns_path), chain):
