@@ -529,7 +529,8 @@ def render(d: dict[str, Any]) -> str:
         lines.append(f"| {label} | {imp[key]:.2f} | {imp[key] / wall:.1%} |")
     lines += [
         "",
-        f"The target's imports are `{TARGET_IMPORTS}`.",
+        f"The target's imports are `{TARGET_IMPORTS}`. These run one process at a time; in a run the two "
+        "workers import at once on the same cores, after the agent's own import.",
         "",
         "The runner's own start and end pieces, re-timed in this process after the search (median of 5):",
         "",
@@ -576,7 +577,8 @@ def render(d: dict[str, Any]) -> str:
         f"each worker imports torch, sklearn and chaos.probe (the target's imports {imp['target']:.1f} s; "
         f"`import torch` alone {imp['torch']:.1f} s) before its `start`, and right after it "
         f"`torch.use_deterministic_algorithms(True)` imports `torch._inductor` (+{inductor:.1f} s over "
-        f"`import torch`, {inductor / b_worker:.0%} of a worker's (b)). After the workers exit, torchrun's agent takes another "
+        f"`import torch`, against {b_worker:.1f} s for a worker's whole (b)). After the workers exit, torchrun's "
+        "agent takes another "
         f"{seg['e1']:.2f} s to end, mostly tearing its interpreter down. The runner's own part — before the agent "
         f"starts, and teardown, merge, checks and the run's report after it ends — is {own:.2f} s a run "
         f"({own / wall:.1%}), and a "
