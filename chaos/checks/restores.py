@@ -116,9 +116,17 @@ def restores(history: History) -> list[Restore]:
 
 
 def recovered_at(history: History, restore: Restore) -> float | None:
-    """Time when every rank of the first incarnation after the fault had completed a step, or None."""
+    """Time when every rank of the first incarnation after the fault had completed a step, or None.
+    A fault after the last step (e.g. once the final checkpoint is saved) leaves no step to redo: then
+    the job has recovered when every rank has reported its ``final`` state again."""
     if not restore.ranks:
         return None
+    if not any(e["t"] > restore.fault["t"] for e in history.probe("step")):
+        finals: dict[int, float] = {}
+        for e in history.probe("final"):
+            if e["t"] > restore.fault["t"]:
+                finals.setdefault(e["rank"], e["t"])
+        return max(finals.values()) if finals and set(restore.ranks) <= set(finals) else None
     firsts = [rec.first_step["t"] for rec in restore.ranks.values() if rec.first_step is not None]
     if len(firsts) < len(restore.ranks):
         # a later incarnation may have recovered instead: first step by any process started after the fault

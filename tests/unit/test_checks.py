@@ -398,6 +398,15 @@ def test_recovery_time_fails_when_no_step_follows_the_kill():
     assert f"after {KILL['description']} the job never completed another step" in v.explanation
 
 
+def test_recovery_time_after_the_last_step_counts_until_every_rank_is_final_again():
+    # killed once the last checkpoint was saved (found by chaos explore): the restart loads the last
+    # step and has nothing left to redo, so recovery ends when every rank reports its final state
+    events = [*before_kill(last=STEPS), *restart_and_load({0: STEPS, 1: STEPS}), *finish(NEW, 1, 7.0)]
+    v = judge("recovery_time", events)
+    assert v.status == "ok", v.explanation
+    assert v.value == pytest.approx(4.0)
+
+
 # -- equivalent_to_reference ---------------------------------------------------------------------
 REFERENCE = Reference(key="k", world_size=WORLD, final_digests={0: params(STEPS), 1: params(STEPS)},
                       step_digests={n: params(n) for n in range(1, STEPS + 1)}, accuracy=None, wall_time_s=4.0,
