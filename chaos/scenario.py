@@ -96,6 +96,11 @@ class TargetSpec(_Model):
         return list(cmd.passthrough) if cmd is not None else []
 
 
+def is_elastic(nodes: int, min_nodes: int | None) -> bool:
+    """An elastic job: torchrun --nnodes=MIN_NODES:NODES with MIN_NODES < NODES, so it can regroup smaller."""
+    return min_nodes is not None and min_nodes < nodes
+
+
 class _NodesSpec(_Model):
     """What every backend shares: nodes × workers per node, torchrun's restart and rendezvous settings."""
 
@@ -127,7 +132,7 @@ class _NodesSpec(_Model):
 
     @property
     def elastic(self) -> bool:
-        return self.min_nodes is not None and self.min_nodes < self.nodes
+        return is_elastic(self.nodes, self.min_nodes)
 
     def rdzv_settings(self) -> dict[str, int | float]:
         """The --rdzv-conf actually passed: the elastic defaults under the user's settings."""

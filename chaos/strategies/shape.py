@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from chaos.scenario import Scenario
+from chaos.scenario import Scenario, is_elastic
 
 # Save-related gate events, simplest (the earliest moment of a save) first.
 SAVE_EVENTS = ("checkpoint_save_begin", "checkpoint_write", "checkpoint_commit", "checkpoint_saved")
@@ -62,7 +62,7 @@ class TargetShape:
 
     @property
     def elastic(self) -> bool:
-        return self.min_nodes is not None and self.min_nodes < self.nodes
+        return is_elastic(self.nodes, self.min_nodes)
 
     @property
     def has_network(self) -> bool:

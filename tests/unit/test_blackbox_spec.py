@@ -6,24 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from chaos import ScenarioError, load_scenario
+from chaos import load_scenario
 from chaos.blackbox.command import CommandError, conflicts, parse_command
 from chaos.scenario import BLACKBOX_DEFAULT_CHECKS
+from tests.unit.test_loader import problems, write
 
 REPO = Path(__file__).resolve().parents[2]
 TUTORIAL = str(REPO / "targets" / "ddp_tutorial.py")
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "s.yaml"
-    path.write_text(text)
-    return path
-
-
-def problems(tmp_path: Path, text: str) -> list[str]:
-    with pytest.raises(ScenarioError) as info:
-        load_scenario(write(tmp_path, text))
-    return info.value.problems
 
 
 def scenario(blackbox: str = "{checkpoints: snapshot.pt}", command: str = f"[torchrun, --nproc-per-node=2, {TUTORIAL}]",
