@@ -23,8 +23,8 @@ demo: system $(VENV)/.installed
 	$(VENV)/bin/chaos run scenarios/kill-worker.yaml
 
 test: system $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -v -n 2 --dist worksteal -m "not serial"
-	$(VENV)/bin/python -m pytest -v -p no:xdist -m serial
+	$(VENV)/bin/python -m pytest -v --durations=25 -n 2 --dist worksteal -m "not serial"
+	$(VENV)/bin/python -m pytest -v --durations=25 -p no:xdist -m serial
 
 test-fast: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -m "not e2e"

@@ -33,6 +33,8 @@ Run by hand: ``torchrun --standalone --nproc-per-node 2 targets/digits_ddp.py --
 from __future__ import annotations
 
 import argparse
+import gzip
+import importlib.util
 import io
 import os
 import re
@@ -43,8 +45,6 @@ from datetime import timedelta
 import dircheckpoint  # noqa: E402  (next to this script)
 import torch
 import torch.distributed as dist
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler, TensorDataset
@@ -92,14 +92,33 @@ def build_model() -> nn.Module:
     )
 
 
-def load_data(seed: int) -> tuple[TensorDataset, TensorDataset]:
-    digits = load_digits()
-    x = torch.tensor(digits.data, dtype=torch.float32) / 16.0
-    y = torch.tensor(digits.target, dtype=torch.int64)
-    idx_train, idx_test = train_test_split(
-        list(range(len(y))), test_size=0.2, random_state=seed, stratify=digits.target
-    )
-    return TensorDataset(x[idx_train], y[idx_train]), TensorDataset(x[idx_test], y[idx_test])
+def digits_csv() -> str:
+    """Path of scikit-learn's bundled ``digits.csv.gz`` (64 pixel columns 0..16, then the label).
+
+    Found without importing sklearn: the import (scipy and all) costs about a second per worker
+    start, and every restart pays it again.
+    """
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("digits_ddp.py needs scikit-learn installed (it reads its bundled digits data)")
+    return os.path.join(list(spec.submodule_search_locations)[0], "datasets", "data", "digits.csv.gz")
+
+
+def load_data(seed: int, test_fraction: float = 0.2) -> tuple[TensorDataset, TensorDataset]:
+    """The digits split into train and test sets, stratified by class, the same for a given seed."""
+    with gzip.open(digits_csv(), "rt") as f:
+        rows = torch.tensor([[int(float(v)) for v in line.split(",")] for line in f if line.strip()])
+    x, y = rows[:, :64].to(torch.float32) / 16.0, rows[:, 64]
+    g = torch.Generator().manual_seed(seed)
+    train_idx, test_idx = [], []
+    for label in range(10):
+        idx = (y == label).nonzero().flatten()
+        idx = idx[torch.randperm(len(idx), generator=g)]
+        n_test = round(test_fraction * len(idx))
+        test_idx.append(idx[:n_test])
+        train_idx.append(idx[n_test:])
+    i_train, i_test = torch.cat(train_idx).sort().values, torch.cat(test_idx).sort().values
+    return TensorDataset(x[i_train], y[i_train]), TensorDataset(x[i_test], y[i_test])
 
 
 def newest_checkpoint(ckpt_dir: str) -> str | None:
@@ -148,7 +167,9 @@ def main(argv: list[str] | None = None) -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    # torch.use_deterministic_algorithms(True) without its import of torch._inductor (~1.3 s per worker
+    # start, for a setting only torch.compile reads; this job is not compiled)
+    torch._C._set_deterministic_algorithms(True)
     torch.manual_seed(args.seed + rank)  # per-rank RNG stream (dropout)
     os.makedirs(args.checkpoint_dir, exist_ok=True)
 

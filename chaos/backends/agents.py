@@ -99,7 +99,7 @@ class HostAgents:
             env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
         args = torchrun_args(self.spec, node, self.run_id, self.run_dir / "logs" / "torchelastic",
                              self.endpoint_host(), self.port, self.local_addr(node))
-        cmd = self.wrap(node, [sys.executable, "-m", "torch.distributed.run", *args, *launch.torchrun_args,
+        cmd = self.wrap(node, [sys.executable, "-m", "chaos.agent_main", *args, *launch.torchrun_args,
                                launch.script, *launch.args])
         with open(self.logs.path(node), "ab") as out:
             proc = subprocess.Popen(

@@ -14,7 +14,8 @@ from typing import Any, Protocol
 
 @dataclass
 class LaunchSpec:
-    """What every node runs: ``python -m torch.distributed.run <torchrun args> script args``.
+    """What every node runs: ``python -m torch.distributed.run <torchrun args> script args`` (on the
+    local and netns backends through :mod:`chaos.agent_main`, which skips the agent's teardown).
     ``torchrun_args`` are added to the backend's own (a black-box target's output capture, options
     passed on from its command)."""
 

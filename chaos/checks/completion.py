@@ -79,11 +79,10 @@ def _stalled_incarnations(history: History) -> list[str]:
         return []
     text = (f"the workers restarted after the fault ({', '.join(out)}) never completed a step: "
             f"stuck before their first collective")
-    start = history.first("run_start")
-    if start and (start.get("backend") or {}).get("share_rdzv_tcp_store"):
-        text += ("; this run shares the rendezvous TCP store with the workers, and restarted gloo workers can hang "
-                 "connecting to a dead rank's old port (pytorch/pytorch#135712): set "
-                 "backend.share_rdzv_tcp_store: false")
+    backend = ((history.first("run_start") or {}).get("backend") or {})
+    if backend.get("rdzv_backend") == "static" or backend.get("share_rdzv_tcp_store"):
+        # the hang form of the same torch bug: the restarted workers wait on a dead rank's old port
+        text += "; " + _connect_hint(history).replace("could not connect to", "can hang connecting to", 1)
     return [text]
 
 

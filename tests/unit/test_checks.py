@@ -48,9 +48,11 @@ def probe(kind: str, rank: int, pid: int, restart: int, t: float, **fields) -> d
             **fields}
 
 
-def run_start(schedule=(KILL,), share_rdzv_tcp_store: bool = False, t: float = 0.0) -> dict:
+def run_start(schedule=(KILL,), share_rdzv_tcp_store: bool = False, t: float = 0.0,
+              rdzv_backend: str = "c10d") -> dict:
     return runner("run_start", t, world_size=WORLD, steps=STEPS, checkpoint_every=10, schedule=list(schedule),
-                  backend={"kind": "local", "share_rdzv_tcp_store": share_rdzv_tcp_store})
+                  backend={"kind": "local", "share_rdzv_tcp_store": share_rdzv_tcp_store,
+                           "rdzv_backend": rdzv_backend})
 
 
 def fault(t: float, step: int | None = 25, description: str = KILL["description"]) -> dict:
@@ -160,9 +162,10 @@ def test_completes_fails_when_the_agent_exits_non_zero():
     assert "pytorch/pytorch#135712" in v.explanation  # the known-error hint
 
 
-def _hung_after_kill(share_rdzv_tcp_store: bool) -> list[dict]:
+def _hung_after_kill(share_rdzv_tcp_store: bool, rdzv_backend: str = "c10d") -> list[dict]:
     # The restarted workers start but never complete a step; the runner stops the job at its deadline.
-    return [run_start(share_rdzv_tcp_store=share_rdzv_tcp_store), start(0, 100, 0, 1.0), start(1, 101, 0, 1.0),
+    return [run_start(share_rdzv_tcp_store=share_rdzv_tcp_store, rdzv_backend=rdzv_backend),
+            start(0, 100, 0, 1.0), start(1, 101, 0, 1.0),
             *train(OLD, 0, 2.0, 1, 25), fault(3.0), *restart_and_load({}),
             runner("deadline_exceeded", 45.0, deadline_s=45.0, stuck_ranks=[0, 1], last_steps={"0": 25, "1": 25}),
             runner("run_end", 46.0, status="deadline")]
@@ -182,6 +185,15 @@ def test_completes_deadline_with_shared_store_names_the_torch_bug():
     assert v.status == "failed"
     assert "pytorch/pytorch#135712" in v.explanation
     assert "share_rdzv_tcp_store: false" in v.explanation
+
+
+def test_completes_deadline_under_static_rendezvous_names_the_torch_bug_and_c10d():
+    # the hang form of pytorch/pytorch#135712: under static rendezvous the restarted workers can wait on a
+    # dead rank's old port until the deadline instead of dying in connectFullMesh (seen in CI under load)
+    v = judge("completes", _hung_after_kill(share_rdzv_tcp_store=False, rdzv_backend="static"))
+    assert v.status == "failed"
+    assert "never completed a step" in v.explanation
+    assert "pytorch/pytorch#135712" in v.explanation and "rdzv_backend: c10d" in v.explanation
 
 
 def test_completes_fails_when_interrupted():

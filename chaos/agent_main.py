@@ -1,0 +1,43 @@
+"""``python -m chaos.agent_main <torchrun args>``: torchrun's agent, minus the interpreter teardown.
+
+Runs ``torch.distributed.run.main`` exactly as ``python -m torch.distributed.run`` does. When it
+returns (or calls ``sys.exit``), the agent flushes its streams and logging handlers and leaves with
+``os._exit``: tearing down an interpreter that has imported torch takes ~0.6 s of CPU per agent,
+paid by every run and every restart of an elastic node (measured in ``benchmarks/EXPLORE.md``). An
+exception (a worker group that failed, a signal) takes the normal path, so the traceback, torch's
+error file and the exit code are the same as torchrun's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # sys.exit("message") prints it and exits 1
+    return 1
+
+
+def main() -> None:
+    from torch.distributed.run import main as torchrun_main
+
+    sys.argv[0] = "torchrun"  # usage and error messages name torchrun, as users know it
+    try:
+        torchrun_main()
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
