@@ -29,15 +29,17 @@ SCENARIO_YAML = "scenario.yaml"
 
 def conclude(scenario: Scenario, run_id: str, run_dir: Path, status: str, events: list[Event],
              reference: Reference | None, reference_note: str, wall_time_s: float,
-             signal: str | None = None) -> RunResult:
+             signal: str | None = None, report: bool = True) -> RunResult:
     """Run the scenario's checks over ``events`` and save the outcome in ``run_dir``: ``result.json``,
-    ``reference.json`` (if there is a reference) and the report. Returns the :class:`RunResult`."""
+    ``reference.json`` (if there is a reference) and, if ``report``, the report. Returns the
+    :class:`RunResult`."""
     verdicts = judge(events, scenario, reference)
     result = RunResult(scenario, run_id, run_dir, status, verdicts, wall_time_s, reference, reference_note, events,
                        signal)
     if reference is not None:
         (run_dir / REFERENCE_JSON).write_text(json.dumps(reference.to_json(), indent=1))
-    render_report(result)
+    if report:
+        render_report(result)
     (run_dir / RESULT_JSON).write_text(json.dumps(result.to_json(), indent=1, default=str))
     return result
 

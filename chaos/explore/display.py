@@ -95,7 +95,8 @@ def print_explore_result(console: Console, result: ExploreResult) -> None:
     if result.minimal is None or result.minimal.result is None:
         console.print(f"[green]no failing schedule found[/] (seed {result.seed}); every held check passed or could "
                       "not tell in every run", highlight=False)
-        console.print(f"explore directory: {result.out_dir}", highlight=False)
+        console.print(f"explore directory: {result.out_dir} (draw a run's report with `chaos report RUN_DIR`)",
+                      highlight=False)
         return
     console.print("[bold red]minimal failing schedule:[/]")
     for line in result.minimal.schedule.describe():
@@ -103,5 +104,6 @@ def print_explore_result(console: Console, result: ExploreResult) -> None:
     for v in result.minimal.result.verdicts:
         if v.status != "ok":
             console.print(f"  {v.check}: [red]{v.status.upper()}[/] — {v.explanation}", highlight=False)
+    console.print(f"failing run's report: {result.minimal.result.run_dir / 'report.html'}", highlight=False)
     console.print(f"scenario written: {result.scenario_path}", highlight=False)
     console.print(f"replay: [bold]{result.replay_command()}[/]", highlight=False)

@@ -53,6 +53,8 @@ def test_non_atomic_save_shrinks_to_one_kill_during_a_save_and_replays(tmp_path:
     assert "restored_from_checkpoint" in minimal["failed"]
     for e in found["examples"]:  # every run's journal is complete and parseable
         assert load_journal(Path(e["run_dir"]))[-1]["kind"] == "run_end"
+        # the report is drawn for the minimal failing run only (chaos report draws the others on demand)
+        assert (Path(e["run_dir"]) / "report.html").exists() == (e["run_dir"] == found["minimal"]["run_dir"])
 
     # the written scenario is data a user can read, and replays to the same verdicts
     path = Path(found["minimal_scenario"])
