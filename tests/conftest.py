@@ -89,8 +89,32 @@ SERIAL = ("tests/net/", "tests/disk/", "tests/e2e/test_nodes.py", "tests/e2e/tes
           "tests/e2e/test_soak.py")
 
 
+# The longest tests (several minutes of real runs each), in two lanes of about equal length. Under
+# `pytest -n 2 --dist worksteal` the first worker is sent the first half of the collection and the
+# second worker the rest, and an idle worker steals from the end of the other's queue: so each lane
+# goes first in its half, and the short tests fill in around them instead of one long test running
+# alone at the end.
+LANES = (("test_explore.py::test_non_atomic_save_shrinks_to_one_kill_during_a_save_and_replays",),
+         ("test_explore.py::test_correct_target_survives_the_same_budget",
+          "test_explore.py::test_rng_not_restored_shrinks_to_one_kill",
+          "test_plugin.py::test_given_schedules_with_the_fixture"))
+
+
+def _balance(items: list[pytest.Item]) -> None:
+    """Reorder the tests that are not serial: each lane of LANES at the front of its half."""
+    def lane(item: pytest.Item) -> int | None:
+        return next((i for i, names in enumerate(LANES) if any(item.nodeid.endswith(n) for n in names)), None)
+
+    parallel = [i for i in items if not i.get_closest_marker("serial")]
+    lanes = [[i for i in parallel if lane(i) == n] for n in range(len(LANES))]
+    rest = [i for i in parallel if lane(i) is None]
+    cut = max(0, len(parallel) // 2 - len(lanes[0]))
+    items[:] = [*lanes[0], *rest[:cut], *lanes[1], *rest[cut:], *(i for i in items if i.get_closest_marker("serial"))]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(str(item.fspath)).relative_to(REPO).as_posix() if str(item.fspath).startswith(str(REPO)) else ""
         if path.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
+    _balance(items)
