@@ -4,10 +4,13 @@ Four measurements, in this order, in one process:
 
   imports      wall time of ``python -c <statement>`` (median of 3 each): an empty interpreter,
                ``import torch``, ``import torch.distributed.run`` (what torchrun's agent imports; also
-               ending with ``os._exit(0)``, without the interpreter's teardown), sklearn, the target's
-               imports (``targets/digits_ddp.py`` up to the probe's ``start`` event),
-               ``torch.use_deterministic_algorithms(True)`` (which imports ``torch._inductor``) and
-               matplotlib (each run's report draws its timeline with it).
+               ending with ``os._exit(0)``, without the interpreter's teardown, as ``chaos.agent_main``
+               leaves), the target's imports (``import digits_ddp`` with ``targets/`` on the path:
+               everything a worker does before the probe's ``start`` event), the same plus its data
+               (``load_data``), and matplotlib (a run's report draws its timeline with it); for
+               comparison, what the target did before it was made faster: ``import sklearn.datasets,
+               sklearn.model_selection`` and ``torch.use_deterministic_algorithms(True)`` (which
+               imports ``torch._inductor``).
   reference    the fault-free reference run of ``scenarios/explore-digits.yaml`` is put into a fresh
                reference cache (``$CHAOS_CACHE_DIR`` in the benchmark's temporary directory) before the
                search, as a user's first ``chaos explore`` would; it is timed but not counted.
@@ -17,15 +20,16 @@ Four measurements, in this order, in one process:
                is taken from ``run_scenario``'s call to its return (an observer), and its journal is cut
                into consecutive phases that add up to that wall time (below).
   ratio        interleaved rounds (5, ``--quick`` 2; order rotated per round) of: plain torchrun of the
-               schedule-free job (``runner_overhead.run_plain``: the local backend's torchrun flags and
-               environment, probe off); the same with the probe on and the agent run by
-               ``EXIT_WRAPPER`` (torchrun's main, then ``os._exit``: the finding on the agent's
-               shutdown); the same job under ``run_scenario`` (``schedule: []``,
-               ``checks: [completes]``, ``reference=False``); and an explore example with one kill
-               (the scenario as written: ``kill rank 1 at step 25``, its five checks, the cached
-               reference). Reported: the median over rounds of each round's ratio to plain, and for
-               the wrapper and the chaos run the seconds from the last worker's ``exit`` event to the
-               agent's exit.
+               schedule-free job (``runner_overhead.run_plain``: ``python -m torch.distributed.run``
+               with the local backend's torchrun flags and environment, probe off); the same with the
+               probe on (still torchrun's own agent, which tears its interpreter down); the same job
+               under ``run_scenario`` (``schedule: []``, ``checks: [completes]``, ``reference=False``;
+               its agent is ``python -m chaos.agent_main``, which ``os._exit``s after torchrun's main
+               returns, and it draws the run's report); and an explore example with one kill (the
+               scenario as written: ``kill rank 1 at step 25``, its five checks, the cached reference,
+               ``report=False`` as ``chaos explore`` runs it). Reported: the median over rounds of each
+               round's ratio to plain, and for plain torchrun with the probe and for the chaos run the
+               seconds from the last worker's ``exit`` event to the agent's exit.
 
 Phases of a run, from its journal (probe events: ``start`` is written by ``probe.get()``, the first
 line of the target's ``main()``, so after the interpreter, every module import and argument parsing,
@@ -39,9 +43,10 @@ and before ``init_process_group``):
   (c)     first ``step`` → last ``step``, restarts excluded (training, checkpoints, redone steps)
   (d)     each restart: ``fault_inject`` → the restarted workers' first ``step``
   final   last ``step`` → last worker ``exit`` (last checkpoint, eval, final digest, barrier)
-  (e)     last worker ``exit`` → ``agent_exit`` (torchrun's agent shutdown) and ``agent_exit`` →
-          ``run_end`` (the runner's teardown)
-  post    ``run_end`` → ``run_scenario`` returns (journal merge, checks, result.json)
+  (e)     last worker ``exit`` → ``agent_exit`` (torchrun's agent shutdown, ``os._exit`` by
+          ``chaos.agent_main``) and ``agent_exit`` → ``run_end`` (the runner's teardown)
+  post    ``run_end`` → ``run_scenario`` returns (journal merge, checks, result.json; no report in a
+          search)
 
 The machine has 2 cores and may be shared: absolute times move with its load (the load average
 before and after, and the CPU other processes used, are in the report); ratios are taken within a
@@ -71,8 +76,8 @@ import yaml
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import ForeignLoad, JobFailed, clean_env, machine, median, new_dir, retry, run_job, tmpdir_env
-from benchmarks.runner_overhead import plain_command, run_plain, run_runner
+from benchmarks._common import ForeignLoad, JobFailed, clean_env, machine, median, new_dir, retry, tmpdir_env
+from benchmarks.runner_overhead import run_plain, run_runner
 from chaos.backends.procs import kill_run_processes
 from chaos.explore.engine import Example, Explorer
 from chaos.history import Event, load_journal, merge_run_dir, read_events
@@ -86,20 +91,23 @@ SCENARIO = ROOT / "scenarios" / "explore-digits.yaml"
 OUT = Path(__file__).resolve().parent / "EXPLORE.md"
 SEED = 3
 IMPORT_REPS = 3
-TARGET_IMPORTS = ("import torch, torch.distributed, sklearn.datasets, sklearn.model_selection; "
-                  "from torch.nn.parallel import DistributedDataParallel; "
-                  "import chaos.probe, chaos.probe.sdc, chaos.probe.detectors")
+# the target's module-level imports, as torchrun runs it (its directory first on the path): all a worker
+# does before the probe's `start` (the first line of its main())
+TARGET_IMPORTS = "import sys; sys.path.insert(0, 'targets'); import digits_ddp"
 IMPORTS: list[tuple[str, str, str]] = [  # key, label, statement
     ("python", "empty interpreter (`pass`)", "pass"),
     ("torch", "`import torch`", "import torch"),
     ("agent", "`import torch.distributed.run` (torchrun's agent)", "import torch.distributed.run"),
-    ("agent_noexit", "`import torch.distributed.run`, then `os._exit(0)` (no interpreter teardown)",
-     "import os, torch.distributed.run; os._exit(0)"),
-    ("sklearn", "`import sklearn.datasets, sklearn.model_selection`", "import sklearn.datasets, sklearn.model_selection"),
-    ("target", "the target's imports (up to the probe's `start`)", TARGET_IMPORTS),
-    ("determ", "`import torch; torch.use_deterministic_algorithms(True)`",
-     "import torch; torch.use_deterministic_algorithms(True)"),
-    ("report", "matplotlib, as each run's timeline imports it (once per process)",
+    ("agent_noexit", "`import torch.distributed.run`, then `os._exit(0)` (no interpreter teardown, as "
+     "`chaos.agent_main` leaves)", "import os, torch.distributed.run; os._exit(0)"),
+    ("target", "the target's imports (`import digits_ddp`: a worker up to the probe's `start`)", TARGET_IMPORTS),
+    ("data", "the target's imports, then `digits_ddp.load_data(0)` (sklearn's digits.csv.gz, no sklearn import)",
+     TARGET_IMPORTS + "; digits_ddp.load_data(0)"),
+    ("sklearn", "for comparison, what the target imported before: `import sklearn.datasets, sklearn.model_selection`",
+     "import sklearn.datasets, sklearn.model_selection"),
+    ("determ", "for comparison, what the target called before: `import torch; torch.use_deterministic_algorithms(True)` "
+     "(imports `torch._inductor`)", "import torch; torch.use_deterministic_algorithms(True)"),
+    ("report", "matplotlib, as a run's timeline imports it (once per process; a search only for its minimal failing run)",
      "import chaos.timeline.png; from matplotlib.figure import Figure; "
      "from matplotlib.backends.backend_agg import FigureCanvasAgg; from matplotlib.lines import Line2D"),
 ]
@@ -109,35 +117,16 @@ SEGMENTS: list[tuple[str, str, str]] = [  # key, label, what it is
     ("a", "(a) `agent_start` → first worker `start`",
      "agent interpreter + torch import + rendezvous + spawn + workers' imports"),
     ("b", "(b) first worker `start` → first `step`",
-     "init_process_group, use_deterministic_algorithms, data, model, step 1"),
+     "init_process_group, deterministic mode, data (`load_data`), model, step 1"),
     ("c", "(c) first → last `step`, restarts excluded", "training, checkpoint saves, redone steps"),
     ("d", "(d) restarts: `fault_inject` → restarted first `step`",
      "agent stops workers, re-rendezvous, respawn, imports, init, restore"),
     ("final", "last `step` → last worker `exit`", "last checkpoint, eval, final digest, barrier"),
-    ("e1", "(e) last worker `exit` → `agent_exit`", "torchrun agent shutdown, interpreter exit"),
+    ("e1", "(e) last worker `exit` → `agent_exit`", "torchrun agent shutdown, then `os._exit` (`chaos.agent_main`)"),
     ("e2", "(e) `agent_exit` → `run_end`", "runner teardown"),
-    ("post", "`run_end` → return", "journal merge, checks, the run's report (timeline.png, report.html), result.json"),
+    ("post", "`run_end` → return", "journal merge, checks, result.json (no report: `report=False` in a search)"),
 ]
-RATIO_CONFIGS = ("plain", "plain-exit", "runner", "kill")
-# torchrun's main, then os._exit with its exit code: skips the interpreter's teardown of torch after the
-# agent is done (its log flushed first); what the finding on the agent's shutdown proposes
-EXIT_WRAPPER = """import logging, os, sys
-from torch.distributed import run
-code = 0
-try:
-    run.main()
-except SystemExit as e:
-    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-except BaseException:
-    import traceback
-    traceback.print_exc()
-    code = 1
-finally:
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-"""
+RATIO_CONFIGS = ("plain", "plain-probe", "runner", "kill")
 
 
 # -- the phases of one run ----------------------------------------------------------------------------
@@ -264,18 +253,12 @@ def _tail(events: list[Event], end: float) -> float:
     return end - max(e["t"] for e in events if e["kind"] == "exit" and e.get("source") != "runner")
 
 
-def run_plain_exit(scenario: Scenario, tmp: Path, name: str) -> tuple[float, float]:
-    """As ``runner_overhead.run_plain`` with the probe on, the agent run by :data:`EXIT_WRAPPER`;
-    (wall s, last worker ``exit`` → the agent's exit s)."""
-    work = new_dir(tmp, name)
-    env = clean_env(**scenario.target.env, CHAOS_NODE="0", PYTHONUNBUFFERED="1",
-                    TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", CHAOS_RUN_DIR=str(work))
-    env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = plain_command(scenario, work)
-    assert cmd[1:3] == ["-m", "torch.distributed.run"], cmd
+def run_plain_probe(scenario: Scenario, tmp: Path, name: str) -> tuple[float, float]:
+    """``runner_overhead.run_plain`` with the probe on (torchrun's own agent, ``python -m
+    torch.distributed.run``, not ``chaos.agent_main``); (wall s, last worker ``exit`` → the agent's exit s)."""
     t0 = time.time()
-    wall = run_job([cmd[0], "-c", EXIT_WRAPPER, *cmd[3:]], env, cwd=work, log=work / "torchrun.log")
-    return wall, _tail(read_events(sorted((work / "events").glob("*.jsonl"))), t0 + wall)
+    wall = run_plain(scenario, True, tmp, name)
+    return wall, _tail(read_events(sorted((tmp / name / "events").glob("*.jsonl"))), t0 + wall)
 
 
 def run_runner_tail(scenario: Scenario, tmp: Path, name: str) -> tuple[float, float]:
@@ -287,11 +270,12 @@ def run_runner_tail(scenario: Scenario, tmp: Path, name: str) -> tuple[float, fl
 
 
 def run_kill(scenario: Scenario, tmp: Path, name: str) -> tuple[float, float]:
-    """One explore-like example (reference from the cache, every check held); (wall s, restarts)."""
+    """One explore-like example (reference from the cache, every check held, no report, as ``chaos explore``
+    runs it); (wall s, restarts)."""
     work = new_dir(tmp, name)
     with tmpdir_env(work):
         t0 = time.perf_counter()
-        result = run_scenario(scenario, work)
+        result = run_scenario(scenario, work, report=False)
         wall = time.perf_counter() - t0
     if result.interrupted:
         raise KeyboardInterrupt
@@ -389,10 +373,10 @@ def run(quick: bool, examples: int | None, rounds: int | None) -> dict[str, Any]
 
             print(f"ratios: {rounds} rounds ...", flush=True)
             empty = empty_scenario()
-            # each job: (wall s, extra): the kill run's restarts; plain-exit's and runner's seconds from the
+            # each job: (wall s, extra): the kill run's restarts; plain-probe's and runner's seconds from the
             # last worker exit to the agent's exit
             jobs = {"plain": lambda i: (run_plain(empty, False, tmp / "ratio", f"{i}-plain"), 0.0),
-                    "plain-exit": lambda i: run_plain_exit(empty, tmp / "ratio", f"{i}-plain-exit"),
+                    "plain-probe": lambda i: run_plain_probe(empty, tmp / "ratio", f"{i}-plain-probe"),
                     "runner": lambda i: run_runner_tail(empty, tmp / "ratio", f"{i}-runner"),
                     "kill": lambda i: run_kill(scenario, tmp / "ratio", f"{i}-kill")}
             (tmp / "ratio").mkdir()
@@ -471,7 +455,8 @@ def render(d: dict[str, Any]) -> str:
         f"{getattr(result, 'repeats', 0)} |",
         f"| search time (`ExploreResult.elapsed_s`) | {result.elapsed_s:.1f} s |",
         f"| whole `Explorer.run()` call (adds the preflight of each fault kind) | {d['explore_call_s']:.1f} s |",
-        f"| search time outside the runs (Hypothesis, reference lookup, bookkeeping) | {gaps:.1f} s "
+        f"| search time outside the runs (Hypothesis, reference lookup, bookkeeping, the minimal failing run's "
+        f"report) | {gaps:.1f} s "
         f"({gaps / result.elapsed_s:.1%}) |",
         f"| mean wall time per run, all {runs} runs | {wall:.2f} s |",
     ]
@@ -529,8 +514,11 @@ def render(d: dict[str, Any]) -> str:
         lines.append(f"| {label} | {imp[key]:.2f} | {imp[key] / wall:.1%} |")
     lines += [
         "",
-        f"The target's imports are `{TARGET_IMPORTS}`. These run one process at a time; in a run the two "
-        "workers import at once on the same cores, after the agent's own import.",
+        f"The target's imports are `{TARGET_IMPORTS}` (targets/digits_ddp.py's module-level imports: torch, "
+        "torch.distributed, DDP, torch.utils.data, chaos.probe with its sdc and detectors, dircheckpoint); "
+        "`load_data` runs after the probe's `start`, in (b). The two comparison rows are what the target did "
+        "before the cuts in the findings. These run one process at a time; in a run the two workers import at "
+        "once on the same cores, after the agent's own import.",
         "",
         "The runner's own start and end pieces, re-timed in this process after the search (median of 5):",
         "",
@@ -543,11 +531,12 @@ def render(d: dict[str, Any]) -> str:
         return [x / y for x, y in zip(s[a], s["plain"], strict=True)]
 
     labels = {
-        "plain-exit": "plain torchrun with the probe on, the agent run by a wrapper that `os._exit`s after "
-                      "torchrun's main returns (see the findings)",
-        "runner": "chaos run of the same job (`schedule: []`, `checks: [completes]`, no reference)",
-        "kill": f"explore example `kill rank 1 at step 25` (5 checks, cached reference; restarts per run: "
-                f"{sorted(set(d['kill_restarts']))})",
+        "plain-probe": "plain torchrun with the probe on (torchrun's own agent, `python -m torch.distributed.run`, "
+                       "which tears its interpreter down)",
+        "runner": "chaos run of the same job (`schedule: []`, `checks: [completes]`, no reference, its report "
+                  "drawn; the agent is `python -m chaos.agent_main`, which `os._exit`s after torchrun's main)",
+        "kill": f"explore example `kill rank 1 at step 25` (5 checks, cached reference, no report; restarts per "
+                f"run: {sorted(set(d['kill_restarts']))})",
     }
     lines += [
         "",
@@ -565,7 +554,6 @@ def render(d: dict[str, Any]) -> str:
         r = paired(c)
         lines.append(f"| {labels[c]} | {median(s[c]):.2f} | **{median(r):.3f}** | {min(r):.3f}–{max(r):.3f} |")
     own = seg["pre"] + seg["launch"] + seg["e2"] + seg["post"]
-    inductor = imp["determ"] - imp["torch"]
     lines += [
         "",
         "## What bounds examples per minute",
@@ -574,20 +562,20 @@ def render(d: dict[str, Any]) -> str:
         f"(a) + (b), {seg['a'] + seg['b']:.2f} s, {(seg['a'] + seg['b']) / wall:.0%} of a run — and restarting it "
         f"after a kill ((d), {_s(f2s + s2s)} a restart) are almost all interpreter start-up and imports: torchrun's "
         f"agent imports torch (`import torch.distributed.run` {imp['agent']:.1f} s) before it can rendezvous, then "
-        f"each worker imports torch, sklearn and chaos.probe (the target's imports {imp['target']:.1f} s; "
-        f"`import torch` alone {imp['torch']:.1f} s) before its `start`, and right after it "
-        f"`torch.use_deterministic_algorithms(True)` imports `torch._inductor` (+{inductor:.1f} s over "
-        f"`import torch`, against {b_worker:.1f} s for a worker's whole (b)). After the workers exit, torchrun's "
-        "agent takes another "
-        f"{seg['e1']:.2f} s to end, mostly tearing its interpreter down. The runner's own part — before the agent "
-        f"starts, and teardown, merge, checks and the run's report after it ends — is {own:.2f} s a run "
-        f"({own / wall:.1%}), and a "
-        f"chaos run of the schedule-free job costs {median(paired('runner')):.2f}× plain torchrun. So examples per "
+        f"each worker imports torch and chaos.probe (the target's imports {imp['target']:.1f} s; "
+        f"`import torch` alone {imp['torch']:.1f} s) before its `start`; after it, a worker's whole (b) — "
+        f"init_process_group, its data (`load_data` +{imp['data'] - imp['target']:.2f} s over the imports), model, "
+        f"step 1 — is {b_worker:.1f} s. After the workers exit, the agent takes another "
+        f"{seg['e1']:.2f} s to end (`chaos.agent_main` skips its interpreter's teardown). The runner's own part — "
+        f"before the agent starts, and teardown, merge and checks after it ends (a search draws no per-run "
+        f"report) — is {own:.2f} s a run ({own / wall:.1%}), and a "
+        f"chaos run of the schedule-free job (report drawn) costs {median(paired('runner')):.2f}× plain torchrun. "
+        "So examples per "
         "minute is bounded by process start-up: the agent's and the workers' imports plus one more worker "
         "start-up per kill; the training itself is a rounding error. With k kills a schedule pays the workers' "
         "start-up k + 1 times.",
         "",
-        "## Findings: waits that could be cut",
+        "## Findings: waits cut, and what is left",
         "",
     ]
     lines += findings(d, seg, imp, wall)
@@ -601,55 +589,53 @@ def render(d: dict[str, Any]) -> str:
 
 
 def findings(d: dict[str, Any], seg: dict[str, float], imp: dict[str, float], wall: float) -> list[str]:
-    """The findings, numbers filled in from this run."""
-    p, s = d["pieces"], d["samples"]
-    tail_r, tail_x = d["extra"]["runner"], d["extra"]["plain-exit"]
-    ratio_x = [b / a for a, b in zip(s["plain"], s["plain-exit"], strict=True)]
+    """The findings, numbers filled in from this run. The four cuts were made after the run at 9fdc011
+    (benchmarks/EXPLORE.md at that commit); "before" numbers are from it and kept as text."""
+    p = d["pieces"]
+    tail_r, tail_p = d["extra"]["runner"], d["extra"]["plain-probe"]
     runner_start = seg["pre"] + seg["launch"]
     rep_s = p.get("report (timeline.png, report.html)", float("nan"))
+    startup = seg["a"] + seg["b"] + seg["d"]
     return [
-        f"- **torchrun's agent takes {seg['e1']:.2f} s to end after its last worker exits** ({seg['e1'] / wall:.1%} "
-        "of a search run; the runner waits for it). torchrun's own part of that (monitor interval, exit barrier, "
-        "rendezvous shutdown) is a fraction of a second; the rest is Python finalizing a process that imported "
-        "torch. The runner does need the agent's end — its exit code, and a complete log, which names a worker "
-        "that died in its own teardown — but both are settled when torchrun's `main()` returns. Starting the "
-        "agent as `python -c <wrapper>` that calls `torch.distributed.run.main()`, flushes logging, stdout and "
-        "stderr, and `os._exit`s with main's exit code (`EXIT_WRAPPER` in this file; the agent command "
-        "`HostAgents._start_agent` builds in chaos/backends/agents.py for local and netns, and its docker "
-        "counterpart in chaos/backends/docker.py) keeps both and "
-        f"skips the teardown. Measured in the ratio rounds: last worker `exit` → agent exit {median(tail_r):.2f} s "
-        f"for the agent as chaos starts it (range {min(tail_r):.2f}–{max(tail_r):.2f}), {median(tail_x):.2f} s "
-        f"with the wrapper (range {min(tail_x):.2f}–{max(tail_x):.2f}): about {median(tail_r) - median(tail_x):.1f} s "
-        f"saved per run, {(median(tail_r) - median(tail_x)) / wall:.1%} of a search run. "
-        + ("The whole-job walls agree in direction but are too noisy here to size it "
-           if max(ratio_x) < 1 else "The whole-job walls are too noisy here to show it on their own ")
-        + f"(plain-exit / plain {median(ratio_x):.3f}, range {min(ratio_x):.3f}–{max(ratio_x):.3f}; "
-        f"`import torch.distributed.run` exits in {imp['agent']:.2f} s, {imp['agent_noexit']:.2f} s with "
-        "`os._exit(0)`). The wrapper skips the agent's `atexit` handlers; those torch registers (etcd server "
-        "stop, multiprocessing's resource-tracker bookkeeping, data-loader and dynamo flags) do nothing a c10d "
-        "agent with `--log-dir` needs; checked by hand, a worker exiting 3 still gives the agent exit code 1 and "
-        "torchrun's `exitcode: 3` line, as without the wrapper. The change wants tests of a failing and an "
-        "interrupted run. Not changed here.",
-        f"- **The target's `torch.use_deterministic_algorithms(True)` imports `torch._inductor`** (torch 2.13 sets "
-        f"`torch._inductor.config.deterministic` in it): +{imp['determ'] - imp['torch']:.1f} s over `import torch` "
-        "here, paid by every worker of every generation inside (b) and (d). The target compiles nothing; "
-        "`torch._C._set_deterministic_algorithms(True)` (what the public function calls after setting the inductor "
-        "flag) gives the same determinism without the import. A change to `targets/digits_ddp.py` (its hash keys "
-        "the reference cache, so each reference is re-run once); not made here.",
-        f"- **The target imports sklearn** for `load_digits` and `train_test_split`: the target's imports take "
-        f"{imp['target'] - imp['torch']:.1f} s more than `import torch` (`import sklearn.datasets, "
-        f"sklearn.model_selection` alone {imp['sklearn']:.1f} s; it pulls in scipy). Shipping the 1,797 digits as "
-        "a small array file next to the script and splitting them with a seeded permutation would take that out "
-        "of every worker start (it changes the target's data path and so its reference; not made here).",
-        f"- **Every run now draws its report** (`timeline.png` with matplotlib, and `report.html`) before "
-        f"`run_scenario` returns (chaos/runner.py `execute` → chaos/rejudge.py `conclude` → `render_report`): "
-        f"`run_end` → return is {seg['post']:.2f} s a run ({seg['post'] / wall:.1%}), of which the report is "
-        f"{rep_s:.2f} s warm (re-timed, median of 5) plus matplotlib's import once per process "
-        f"({imp['report']:.2f} s), against journal merge {p['journal merge']:.3f} s and "
-        f"checks {p['checks']:.3f} s. A search reads only the verdicts of all but its minimal failing example, so "
-        "drawing the report only for the examples kept (the minimal one, or on demand from the saved journal) "
-        f"would save about {rep_s:.2f} s a run — the largest cut on the runner's side. Not changed here (others "
-        "are editing the runner).",
+        "- **Done: the agent no longer tears its interpreter down** (chaos/agent_main.py; "
+        "`HostAgents._start_agent` in chaos/backends/agents.py starts the local and netns agents as "
+        "`python -m chaos.agent_main <torchrun args>`). It runs torchrun's `main()` and, when that returns or "
+        "raises `SystemExit`, shuts logging down, flushes stdout and stderr and `os._exit`s with the exit code; "
+        "an exception (a failed worker group, a signal) takes the normal path, so the traceback, torch's error "
+        "file and the exit code are torchrun's, and the runner still gets the agent's exit code and a complete "
+        "log. At 9fdc011, before the change, the agent took 1.48 s after its last worker exited in a search run, "
+        "most of it Python finalizing a process that imported torch; this exit saves about 0.6 s of it per run "
+        "(0.80 s → 0.24 s with the same exit, in that run's ratio rounds). Measured here, last worker `exit` → agent exit: "
+        f"{median(tail_p):.2f} s for torchrun's own agent (plain torchrun with the probe; range "
+        f"{min(tail_p):.2f}–{max(tail_p):.2f}), {median(tail_r):.2f} s for chaos's (the chaos run, to its "
+        f"`agent_exit`; range {min(tail_r):.2f}–{max(tail_r):.2f}); in the search, (e) is now {seg['e1']:.2f} s "
+        f"a run. `import torch.distributed.run` exits in {imp['agent']:.2f} s, {imp['agent_noexit']:.2f} s with "
+        "`os._exit(0)`. The docker backend still runs `python -m torch.distributed.run` (chaos/backends/docker.py) "
+        "and pays the teardown.",
+        "- **Done: the target no longer imports `torch._inductor`**: targets/digits_ddp.py `main` calls "
+        "`torch._C._set_deterministic_algorithms(True)`, what `torch.use_deterministic_algorithms(True)` calls "
+        "after importing `torch._inductor` to set `torch._inductor.config.deterministic` (torch 2.13), a flag only "
+        "`torch.compile` reads; the target compiles nothing, and its determinism is the same. That import cost "
+        "about 1.3–3.9 s per worker start (measured before the change, depending on the machine's load), paid by "
+        "every worker of every generation inside (b) and (d); the comparison row above puts "
+        f"`torch.use_deterministic_algorithms(True)` at +{imp['determ'] - imp['torch']:.1f} s over `import torch` "
+        "here.",
+        "- **Done: the target no longer imports sklearn**: targets/digits_ddp.py `load_data` reads scikit-learn's "
+        "bundled `digits.csv.gz` (found by `digits_csv` with `importlib.util.find_spec(\"sklearn\")`, which "
+        "imports nothing) and splits each class with a seeded torch permutation, in place of `load_digits` and "
+        "`train_test_split`. `import sklearn.datasets, sklearn.model_selection` (it pulls in scipy) cost about "
+        f"1–2.3 s per worker start, measured before the change ({imp['sklearn']:.1f} s here, comparison row); "
+        f"now the target's imports take +{imp['target'] - imp['torch']:.1f} s over `import torch`, and "
+        f"`load_data` +{imp['data'] - imp['target']:.2f} s. Both target changes changed its hash, which keys the "
+        "reference cache, so each reference was re-run once.",
+        "- **Done: a search draws no report per run**: chaos/explore/engine.py runs every example with "
+        "`run_scenario(..., report=False)` (chaos/runner.py, through chaos/rejudge.py `conclude`) and calls "
+        "`render_report` only for the minimal failing run, at the end of the search (`chaos report RUN_DIR` "
+        "draws any other run's from its saved journal). The report (`timeline.png` with matplotlib, and "
+        "`report.html`) cost about 0.6 s per example, measured before the change; re-timed here "
+        f"{_s(rep_s)} warm (median of 5), plus matplotlib's import once per process ({imp['report']:.2f} s). "
+        f"`run_end` → return is now {seg['post']:.2f} s a run ({seg['post'] / wall:.1%}): journal merge "
+        f"{p['journal merge']:.3f} s, checks {p['checks']:.3f} s, result.json. `chaos run` still draws its report.",
         f"- **The rest of the runner's start and end is not where the time goes**: call → `agent_start` "
         f"{runner_start:.2f} s (preflight {p['preflight']:.3f} s and cached reference lookup "
         f"{p['reference lookup']:.3f} s, both re-done per run), `agent_exit` → `run_end` {seg['e2']:.2f} s (the "
@@ -658,6 +644,12 @@ def findings(d: dict[str, Any], seg: dict[str, float], imp: dict[str, float], wa
         f"{p['preflight']:.3f} s a run; `POLL_S` = 0.02 s (chaos/runner.py) delays the runner's reaction to an "
         "event by at most that; `TERM_GRACE_S` (chaos/backends/agents.py) is waited on only when an agent still "
         "runs at teardown, which after a completed run none does. None of these is worth changing for speed.",
+        f"- **What is left is process start-up**: torchrun's agent imports torch (`import torch.distributed.run` "
+        f"{imp['agent']:.1f} s) before it can rendezvous, and every worker of every generation imports torch "
+        f"(`import torch` {imp['torch']:.1f} s; the target's imports {imp['target']:.1f} s) before its `start`: "
+        f"(a) + (b) + (d) are {startup:.2f} s of a run's {wall:.2f} s ({startup / wall:.0%}), against "
+        f"{seg['c']:.2f} s of training. None of the cuts above removes a process start: each example still starts "
+        "an agent and a generation of workers, and each kill one more generation.",
     ]
 
 
