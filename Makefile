@@ -22,9 +22,13 @@ $(VENV)/.installed: pyproject.toml
 demo: system $(VENV)/.installed
 	$(VENV)/bin/chaos run scenarios/kill-worker.yaml
 
+# three phases, each run even if an earlier one failed; the target fails if any did
 test: system $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -v --durations=25 -n 2 --dist worksteal -m "not serial"
-	$(VENV)/bin/python -m pytest -v --durations=25 -p no:xdist -m serial
+	@rc=0; \
+	$(VENV)/bin/python -m pytest -v --durations=25 -n 2 --dist worksteal -m "not timing and not exclusive" || rc=1; \
+	$(VENV)/bin/python -m pytest -v --durations=15 -n 2 --dist worksteal -m timing || rc=1; \
+	$(VENV)/bin/python -m pytest -v --durations=10 -p no:xdist -m exclusive || rc=1; \
+	exit $$rc
 
 test-fast: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -m "not e2e"

@@ -364,7 +364,7 @@ def run(quick: bool, examples: int | None, rounds: int | None) -> dict[str, Any]
             out["result"] = result
             runs = [e for e in result.examples if e.result is not None]
             out["phases"] = [phases(load_journal(e.result.run_dir), timer.began[e.index], timer.ended[e.index],
-                                    e.schedule.describe()) for e in runs]
+                                    "; ".join(e.schedule.describe())) for e in runs]
             for e, ph in zip(runs, out["phases"], strict=True):
                 print(f"  example {e.index}: {ph.wall:6.2f} s, {ph.restarts} restart(s), "
                       f"failed {e.failed or '-'}: {ph.schedule}", flush=True)

@@ -80,13 +80,14 @@ def interrupt_mid_fault(scenario: Path, runs: Path, signum: int, timeout_s: floa
     return run_dir, proc.returncode, out
 
 
-# Tests that measure time (delays, rates, stall lengths, hang bounds) or look at the whole machine
-# (nothing of chaos left anywhere): `make test` runs them one at a time after the rest, which it
-# runs two at a time (pytest -n 2). Runs never collide, so the rest can share the machine.
-SERIAL = ("tests/net/", "tests/disk/", "tests/e2e/test_nodes.py", "tests/e2e/test_network_cli.py",
-          "tests/e2e/test_disk.py", "tests/e2e/test_docker_faults.py", "tests/e2e/test_cleanup.py",
-          "tests/e2e/test_checkpoints.py",  # async saves are skipped while the previous one still runs
-          "tests/e2e/test_soak.py")
+# Tests that measure time (delays, rates, stall lengths, hang bounds): `make test` runs them after the
+# rest, two at a time, so that they never share the machine with the CPU-heavy searches. Tests that
+# look at the whole machine (nothing of chaos left anywhere) run last, one at a time. Runs never
+# collide, so everything else shares the machine two at a time.
+TIMING = ("tests/net/", "tests/disk/", "tests/e2e/test_nodes.py", "tests/e2e/test_network_cli.py",
+          "tests/e2e/test_disk.py", "tests/e2e/test_docker_faults.py",
+          "tests/e2e/test_checkpoints.py")  # async saves are skipped while the previous one still runs
+EXCLUSIVE = ("tests/e2e/test_cleanup.py", "tests/e2e/test_soak.py")
 
 
 # The longest tests (several minutes of real runs each), in two lanes of about equal length. Under
@@ -101,20 +102,25 @@ LANES = (("test_explore.py::test_non_atomic_save_shrinks_to_one_kill_during_a_sa
 
 
 def _balance(items: list[pytest.Item]) -> None:
-    """Reorder the tests that are not serial: each lane of LANES at the front of its half."""
+    """Reorder the tests of the first phase: each lane of LANES at the front of its half."""
     def lane(item: pytest.Item) -> int | None:
         return next((i for i, names in enumerate(LANES) if any(item.nodeid.endswith(n) for n in names)), None)
 
-    parallel = [i for i in items if not i.get_closest_marker("serial")]
+    def later(item: pytest.Item) -> bool:
+        return bool(item.get_closest_marker("timing") or item.get_closest_marker("exclusive"))
+
+    parallel = [i for i in items if not later(i)]
     lanes = [[i for i in parallel if lane(i) == n] for n in range(len(LANES))]
     rest = [i for i in parallel if lane(i) is None]
     cut = max(0, len(parallel) // 2 - len(lanes[0]))
-    items[:] = [*lanes[0], *rest[:cut], *lanes[1], *rest[cut:], *(i for i in items if i.get_closest_marker("serial"))]
+    items[:] = [*lanes[0], *rest[:cut], *lanes[1], *rest[cut:], *(i for i in items if later(i))]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(str(item.fspath)).relative_to(REPO).as_posix() if str(item.fspath).startswith(str(REPO)) else ""
-        if path.startswith(SERIAL):
-            item.add_marker(pytest.mark.serial)
+        if path.startswith(TIMING):
+            item.add_marker(pytest.mark.timing)
+        elif path.startswith(EXCLUSIVE):
+            item.add_marker(pytest.mark.exclusive)
     _balance(items)
