@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from chaos import RunResult
-from tests.conftest import REPO, SCENARIOS, leftover_processes
+from tests.conftest import REPO, SCENARIOS, leftover_network, leftover_processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos(requires=["torch"])]
 
@@ -73,6 +73,21 @@ def test_non_atomic_tutorial_save_killed_mid_write_leaves_a_torn_snapshot_that_i
     assert completes.status == "failed" and "(restart 1) printed" in completes.explanation
     assert result.exit_code == 1
     assert_nothing_left(result)
+
+
+@pytest.mark.chaos(requires=["torch", "docker", "netns"])
+@pytest.mark.parametrize("kind", ["netns", "docker"])
+def test_torn_snapshot_is_named_when_the_node_is_a_namespace_or_a_container(chaos_run, kind: str) -> None:
+    # the same job and kill with the node in its own network namespace / container: the workers are
+    # found under the agent there, and the snapshot is watched through the shared run directory
+    result = chaos_run(TORN, overrides={"backend": {"kind": kind, "nproc_per_node": 2, "max_restarts": 1}})
+    loadable = result.verdict("checkpoint_loadable")
+    assert loadable.status == "failed", loadable.explanation
+    assert "torn: it was being written when the fault hit" in loadable.explanation
+    assert result.verdict("faults_fired").ok and result.verdict("restored_from_checkpoint").status == "failed"
+    assert_nothing_left(result)
+    if kind == "netns":
+        assert leftover_network(result.run_id) == []
 
 
 def test_atomic_save_killed_at_the_same_moment_keeps_the_previous_snapshot(chaos_run) -> None:
