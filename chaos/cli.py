@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -86,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     try:
         commands = {"run": cmd_run, "explore": cmd_explore, "validate": cmd_validate, "list": cmd_list,
                     "doctor": cmd_doctor, "report": cmd_report, "cleanup": cmd_cleanup}
@@ -101,31 +104,36 @@ def main(argv: list[str] | None = None) -> int:
             console.print(str(exc), markup=False)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        Console(stderr=True).print("[yellow]interrupted[/] before the run began (during the reference run); "
+        Console(stderr=True, soft_wrap=True).print("[yellow]interrupted[/] before the run began (during the reference run); "
                                    "nothing was left running")
         return EXIT_INTERRUPTED
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from chaos.derive import derive_scenario
     from chaos.loader import load_scenario
     from chaos.progress import LiveProgress
     from chaos.report import print_result
     from chaos.runner import preflight, run_scenario
 
     scenario = load_scenario(args.scenario)
+    if args.deadline_s is not None:  # into the scenario, so that its scenario.yaml (the replay) keeps it
+        if not (math.isfinite(args.deadline_s) and args.deadline_s > 0):
+            raise ScenarioError([f"--deadline-s={args.deadline_s:g}: must be a positive number of seconds "
+                                 f"(e.g. --deadline-s 120); leave it out to use the scenario's deadline_s"])
+        scenario = derive_scenario(scenario, overrides={"deadline_s": args.deadline_s})
     preflight(scenario)  # a missing capability is exit 2 before anything is printed or started
     if args.json:
-        result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference, deadline_s=args.deadline_s)
+        result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference)
         _write_junit(args, result)
         print(json.dumps(result.to_json(), indent=1, default=str))
         return result.exit_code
-    console = Console()
+    console = Console(soft_wrap=True)  # paths and commands stay whole lines in a log or a pipe
     console.print(f"[bold]{scenario.name}[/]" + (f": {scenario.description}" if scenario.description else ""))
     for entry in scenario.schedule:
         console.print(f"  schedule: {entry.describe()}")
     with LiveProgress(console, scenario.target.steps, scenario.world_size) as live:
-        result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference, observer=live,
-                              deadline_s=args.deadline_s)
+        result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference, observer=live)
     _write_junit(args, result)
     print_result(console, result)
     return result.exit_code
@@ -171,7 +179,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_json(), indent=1, default=str))
     else:
-        print_result(Console(), result)
+        print_result(Console(soft_wrap=True), result)
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
@@ -192,20 +200,22 @@ def cmd_explore(args: argparse.Namespace) -> int:
     explorer = Explorer(scenario, families=families, max_faults=args.max_faults, max_examples=examples,
                         max_minutes=args.minutes, shrink_runs=args.shrink_runs, seed=args.seed, checks=_names(args.checks),
                         runs_dir=args.runs_dir, database=not args.no_database, reference=not args.no_reference)
+    explorer.command = shlex.join(["chaos", *args.argv])  # for the written scenario's "Found by" line
     try:
         if args.json:
             result = explorer.run()
             print(json.dumps(result.to_json(), indent=1, default=str))
         else:
-            console = Console()
+            console = Console(soft_wrap=True)
             with ExploreDisplay(console) as display:
                 explorer.observer = display
                 result = explorer.run()
             print_explore_result(console, result)
     except KeyboardInterrupt:
         runs = sum(1 for e in explorer.examples if e.result is not None)
-        Console(stderr=True).print(f"[yellow]interrupted[/] after {runs} complete run(s); nothing was left running; "
-                                   f"explore directory: {explorer.out_dir}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(
+            f"[yellow]interrupted[/] after {runs} complete run(s); nothing was left running; "
+            f"explore directory: {explorer.out_dir}", highlight=False)
         return EXIT_INTERRUPTED
     return EXIT_FAILED if result.found else EXIT_OK
 
@@ -269,7 +279,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         return report.exit_code
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     shown = [o for o in report.outcomes if o.status != "gone" or o.item.kind not in ("runner", "reservation")]
     if shown:
         table = Table(title="chaos cleanup" + (" (dry run: nothing removed)" if args.dry_run else ""), expand=True)
@@ -316,7 +326,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     from rich.table import Table
 
-    console = Console()
+    console = Console(soft_wrap=True)
     if not scenarios:
         console.print(f"[yellow]no scenario files in {args.scenarios_dir.resolve()}[/]; "
                       "run from the repository or pass --scenarios-dir DIR")

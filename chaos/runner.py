@@ -22,6 +22,7 @@ Run directory layout (``<runs_dir>/<run_id>/``)::
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import signal
@@ -42,6 +43,7 @@ from chaos.blackbox.spec import resolve_pattern
 from chaos.checks import ALWAYS, CHECKS, CheckContext, Reference, Verdict, run_check
 from chaos.ckptwatch import CheckpointWatcher
 from chaos.ckptwatch import wanted as ckpt_watch_wanted
+from chaos.errors import ScenarioError
 from chaos.faults import FaultEnv
 from chaos.history import Event, EventTail, History, RunnerLog, merge_run_dir
 from chaos.manifest import Manifest, process_start, register_run
@@ -133,9 +135,15 @@ class RunResult:
         lines.append(f"  replay:  {self.replay_command()}")
         return "\n".join(lines)
 
-    def assert_ok(self) -> None:
-        """Raise AssertionError with :meth:`failure_message` unless every check is ok."""
-        if not self.ok:
+    def assert_ok(self, allow_unknown: bool = False) -> None:
+        """Raise AssertionError with :meth:`failure_message` unless every check is ok.
+
+        ``allow_unknown=True`` raises only for a ``failed`` check, the rule ``chaos explore`` holds:
+        a generated schedule that kills nothing leaves the restore checks ``unknown``, which is not a
+        failure of the job."""
+        bad = [v for v in self.verdicts if v.status == "failed"] if allow_unknown else \
+            [v for v in self.verdicts if not v.ok]
+        if bad:
             raise AssertionError(self.failure_message())
 
     def to_json(self) -> dict[str, Any]:
@@ -216,8 +224,11 @@ def run_scenario(
     display). ``deadline_s`` overrides the scenario's. ``report=False`` skips drawing
     ``timeline.png`` and ``report.html`` (~0.6 s; ``chaos report RUN_DIR`` draws them later), for
     callers that run many schedules and keep few. Never leaves a process of the run behind.
-    Raises :class:`~chaos.errors.ChaosError` only for problems found before anything starts.
+    Raises :class:`~chaos.errors.ChaosError` only for problems found before anything starts
+    (:class:`~chaos.errors.ScenarioError` for a ``deadline_s`` that is not a positive number).
     """
+    if deadline_s is not None and not (math.isfinite(deadline_s) and deadline_s > 0):
+        raise ScenarioError([f"deadline_s={deadline_s!r}: must be a positive number of seconds"])
     runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
     preflight(scenario)
     ref: Reference | None = None

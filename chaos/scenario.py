@@ -543,7 +543,8 @@ class Scenario(_Model):
     backend: BackendSpec = Field(default_factory=LocalBackendSpec)
     schedule: list[FaultSpec] = Field(default_factory=list)
     checks: list[CheckSpec] = Field(default_factory=lambda: [CheckSpec(name=n) for n in DEFAULT_CHECKS])
-    deadline_s: float = Field(default=300.0, gt=0, description="Hard wall-clock limit of the run, seconds.")
+    deadline_s: float = Field(default=300.0, gt=0, allow_inf_nan=False,
+                              description="Hard wall-clock limit of the run, seconds.")
 
     _source: Path | None = PrivateAttr(default=None)
 

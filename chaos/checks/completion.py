@@ -30,10 +30,14 @@ def _last_errors(history: History, limit: int = 2) -> list[str]:
     after = faults[-1]["t"] if faults else 0.0
     started = {e["pid"]: e["t"] for e in history.probe("start")}
     errors = [e for e in history.probe("exit") if e.get("status") == "error" and started.get(e["pid"], 0.0) > after]
-    out = []
+    out: list[str] = []
+    said: set[str] = set()
     for e in errors[-limit:]:
-        out.append(f"rank {e['rank']} (restart {e.get('restart')}) failed at step {e.get('last_step')}: "
-                   f"{str(e.get('error', '?'))[:300]}")
+        where = "before its first step" if e.get("last_step") is None else f"at step {e['last_step']}"
+        error = str(e.get("error", "?"))[:300]
+        out.append(f"rank {e['rank']} (restart {e.get('restart')}) failed {where}: "
+                   + (error if error not in said else "the same error"))
+        said.add(error)
     return out
 
 

@@ -28,7 +28,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import NoSuchExample
 
 from chaos.checks import CHECKS
-from chaos.errors import ChaosError, ScenarioError
+from chaos.errors import ChaosError, StrategyError
 from chaos.history import Event, load_journal
 from chaos.reference import ReferenceCache, cache_dir, reference_key
 from chaos.rejudge import render_report
@@ -137,8 +137,8 @@ class Explorer:
     schedules generated (each a real run) and/or ``max_minutes`` of searching; then up to
     ``shrink_runs`` real runs to shrink a failure. ``seed``: the search's seed (default: random,
     reported). ``checks``: the checks to hold (default: the scenario's). ``database``: use
-    Hypothesis's example database. Raises :class:`~chaos.errors.StrategyError` or
-    :class:`~chaos.errors.ScenarioError` for a bad argument, :class:`~chaos.errors.CapabilityError`
+    Hypothesis's example database. Raises :class:`~chaos.errors.StrategyError` for a bad argument
+    (naming it and its CLI flag), :class:`~chaos.errors.CapabilityError`
     if this machine cannot run a fault family asked for — all before any run.
     """
 
@@ -147,17 +147,19 @@ class Explorer:
                  seed: int | None = None, checks: list[str] | None = None, runs_dir: Path | None = None,
                  database: bool = True, reference: bool = True, observer: ExploreObserver | None = None) -> None:
         if max_examples is None and max_minutes is None:
-            raise ScenarioError(["budget: give max_examples (--examples N) or max_minutes (--minutes M)"])
+            raise StrategyError("budget: give max_examples (--examples N) or max_minutes (--minutes M)")
         if max_examples is not None and max_examples < 1:
-            raise ScenarioError([f"examples={max_examples}: give at least 1 example"])
+            raise StrategyError(f"examples={max_examples} (--examples): give at least 1 example")
         if max_minutes is not None and max_minutes <= 0:
-            raise ScenarioError([f"minutes={max_minutes}: give a positive number of minutes"])
+            raise StrategyError(f"minutes={max_minutes} (--minutes): give a positive number of minutes")
         if shrink_runs < 0:
-            raise ScenarioError([f"shrink_runs={shrink_runs}: give 0 (no shrinking) or more runs"])
+            raise StrategyError(f"shrink_runs={shrink_runs} (--shrink-runs): give 0 (no shrinking) or more runs")
+        if max_faults == 0:
+            raise StrategyError("max_faults=0 (--max-faults): a schedule needs at least 1 fault; give 1 or more")
         held = checks if checks is not None else scenario.check_names()
         unknown = [c for c in held if c not in CHECKS]
         if unknown:
-            raise ScenarioError([f"checks: unknown check(s) {unknown}; use some of {', '.join(CHECKS)}"])
+            raise StrategyError(f"checks (--checks): unknown check(s) {unknown}; use some of {', '.join(CHECKS)}")
         params = {c.name: c.params for c in scenario.checks}
         self.base = scenario.model_copy(update={"checks": [CheckSpec(name=c, params=params.get(c, {})) for c in held]})
         self.base._source = scenario._source
@@ -166,11 +168,12 @@ class Explorer:
         self.max_examples, self.max_minutes, self.shrink_runs = max_examples, max_minutes, shrink_runs
         self.seed = seed if seed is not None else secrets.randbits(32)
         self.database, self.reference, self.observer = database, reference, observer
+        self.command: str | None = None  # the command line that started this search, if any (the CLI's)
         self.shape = TargetShape.of(self.base)
         self.kinds = resolve(families, self.shape)  # StrategyError now, not at the first draw
         schedules(self.shape, max_faults=max_faults, families=families)  # validates max_faults
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        root = Path(runs_dir) if runs_dir else default_runs_dir()
+        root = (Path(runs_dir) if runs_dir else default_runs_dir()).absolute()  # the replay works from anywhere
         self.out_dir = root / f"explore-{scenario.name}-{stamp}-{secrets.token_hex(2)}"
         self.examples: list[Example] = []
         self.reference_note = ""

@@ -24,7 +24,10 @@ def write_minimal(explorer: Explorer, example: Example) -> Path:
                            f"{base.source or base.name}; fails {', '.join(example.failed)}.")
     assert example.result is not None
     verdicts = "\n".join(f"#   {v.check}: {v.status.upper()} — {v.explanation}" for v in example.result.verdicts)
-    head = (f"# Found by: chaos explore {base.source or base.name} --seed {explorer.seed}\n"
+    found_by = explorer.command or f"chaos explore {base.source or base.name}"
+    if not any(w == "--seed" or w.startswith("--seed=") for w in found_by.split()):
+        found_by += f" --seed {explorer.seed}"
+    head = (f"# Found by: {found_by}\n"
             f"# after {len(explorer.examples)} schedule(s) tried; run {example.result.run_dir}\n"
             f"# Replay:   chaos run {path}\n# Verdicts of the failing run:\n{verdicts}\n")
     path.write_text(head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))

@@ -58,6 +58,15 @@ def test_bad_scenario_exits_2_and_starts_nothing(tmp_path: Path) -> None:
     assert not runs.exists()
 
 
+@pytest.mark.parametrize("value", ["-5", "0", "nan", "inf"])
+def test_bad_deadline_override_exits_2_naming_the_flag_and_starts_nothing(tmp_path: Path, value: str) -> None:
+    runs = tmp_path / "runs"
+    out = chaos("run", f"--deadline-s={value}", str(SCENARIOS / "kill-worker.yaml"), runs_dir=runs)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "--deadline-s" in out.stderr and "must be a positive number of seconds" in out.stderr
+    assert not runs.exists()
+
+
 def test_list_names_scenarios_faults_and_checks(tmp_path: Path) -> None:
     out = chaos("list", "--json", runs_dir=tmp_path)
     data = json.loads(out.stdout)

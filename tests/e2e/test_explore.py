@@ -59,6 +59,8 @@ def test_non_atomic_save_shrinks_to_one_kill_during_a_save_and_replays(tmp_path:
     # the written scenario is data a user can read, and replays to the same verdicts
     path = Path(found["minimal_scenario"])
     data = yaml.safe_load(path.read_text())
+    found_by = path.read_text().splitlines()[0]  # the whole command, so rerunning it searches the same target
+    assert found_by.startswith("# Found by: chaos explore ") and "--broken non-atomic-save" in found_by
     assert data["schedule"] == [{"fault": "kill", "select": {"rank": 0},
                                  "trigger": {"at_step": 10, "on_event": "checkpoint_write"}}]
     assert "--broken" in data["target"]["args"] and found["replay"] == f"chaos run {path}"
@@ -94,7 +96,8 @@ def test_rng_not_restored_shrinks_to_one_kill(tmp_path: Path) -> None:
     (["--families", "kill,bogus"], "unknown family 'bogus'; use one of kill, pause"),
     (["--families", "network"], "'network' needs each node to have its own network (backend netns or docker)"),
     (["--max-faults", "-1"], "max_faults=-1: must be an integer in 0..20"),
-    (["--examples", "0"], "examples=0: give at least 1 example"),
+    (["--examples", "0"], "examples=0 (--examples): give at least 1 example"),
+    (["--max-faults", "0"], "max_faults=0 (--max-faults): a schedule needs at least 1 fault"),
     (["--checks", "completes,bogus"], "unknown check(s) ['bogus']"),
 ])
 def test_bad_arguments_exit_2_before_any_run(tmp_path: Path, args: list[str], message: str) -> None:

@@ -72,6 +72,17 @@ def test_rejudge_without_a_reference_cannot_tell_equivalence(tmp_path: Path, mon
     assert result.verdict("equivalent_to_reference").status == "unknown"
 
 
+def test_assert_ok_allow_unknown_raises_only_for_a_failed_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHAOS_CACHE_DIR", str(tmp_path / "cache"))
+    unknown = rejudge(make_run_dir(tmp_path / "a", kill_run(), reference=False))  # equivalence unknown, rest ok
+    with pytest.raises(AssertionError, match="equivalent_to_reference: UNKNOWN"):
+        unknown.assert_ok()
+    unknown.assert_ok(allow_unknown=True)
+    edited = [e for e in kill_run() if e["kind"] not in ("checkpoint_load_begin", "checkpoint_loaded")]
+    with pytest.raises(AssertionError, match="restored_from_checkpoint: FAILED"):
+        rejudge(make_run_dir(tmp_path / "b", edited)).assert_ok(allow_unknown=True)
+
+
 @pytest.mark.parametrize("remove, message", [
     ("dir", "does not exist; give the directory `chaos run` printed"),
     ("scenario.yaml", "scenario.yaml is missing, so"),
