@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             console.print(str(exc), markup=False)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        Console(stderr=True, soft_wrap=True).print("[yellow]interrupted[/] before the run began (during the reference run); "
-                                   "nothing was left running")
+        Console(stderr=True, soft_wrap=True).print(
+            "[yellow]interrupted[/] before the run began (during the reference run); nothing was left running")
         return EXIT_INTERRUPTED
 
 
