@@ -53,11 +53,13 @@ class Restore:
 
 def restores(history: History) -> list[Restore]:
     """One :class:`Restore` per killing fault, in time order."""
-    killing = [e for e in history.faults() if e.get("fault") in KILLING_FAULTS]
+    either = [e for e in history.faults() if e.get("fault") in KILLING_FAULTS + DISRUPTING_FAULTS]
 
     def restarted_by(e: Event) -> bool:
-        """A disrupting fault counts if workers started after it, before the next killing fault."""
-        nxt = next((k["t"] for k in killing if k["t"] > e["t"]), None)
+        """A disrupting fault counts if workers started after it, before the next killing or disrupting
+        fault: a restart is put down to the latest fault before it, not to a stall that the job rode
+        out before another fault crashed it (found by chaos explore --families disk)."""
+        nxt = next((k["t"] for k in either if k["t"] > e["t"]), None)
         return bool(history.processes_started_after(e["t"], nxt))
 
     kills = [e for e in history.faults() if e.get("fault") in KILLING_FAULTS or (

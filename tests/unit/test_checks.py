@@ -196,6 +196,21 @@ def test_completes_deadline_under_static_rendezvous_names_the_torch_bug_and_c10d
     assert "pytorch/pytorch#135712" in v.explanation and "rdzv_backend: c10d" in v.explanation
 
 
+def test_a_restart_is_put_down_to_the_fault_just_before_it_not_to_an_earlier_stall_the_job_rode_out():
+    # found by chaos explore --families disk: a 1 s stall at step 1 (no restart), then a write error at
+    # step 25 crashed the save and the job restarted; the stall was judged as "never restarted"
+    stall = runner("fault_inject", 2.05, fault_id="f0", fault="disk", step=5, t_rel_s=2.05,
+                   description="stall checkpoint write at step 5 for 1s")
+    error = runner("fault_inject", 3.0, fault_id="f1", fault="disk", step=25, t_rel_s=3.0,
+                   description="fail (EIO) checkpoint write at step 25 for 1s")
+    events = [run_start(schedule=()), start(0, 100, 0, 1.0), start(1, 101, 0, 1.0), *train(OLD, 0, 2.0, 1, 25),
+              stall, error, *restart_and_load({0: 20, 1: 20}), *train(NEW, 1, 6.0, 21, STEPS), *finish(NEW, 1, 7.0)]
+    events.sort(key=lambda e: e["t"])
+    v = judge("restored_from_checkpoint", events)
+    assert v.ok, v.explanation
+    assert "fail (EIO)" in v.explanation and "stall" not in v.explanation
+
+
 def test_completes_fails_when_interrupted():
     events = [*before_kill(), runner("interrupted", 4.0, signal="SIGINT"), runner("run_end", 4.1, status="interrupted")]
     v = judge("completes", events)
