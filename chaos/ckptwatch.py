@@ -4,10 +4,12 @@
 save, again when a worker begins to load it, and once more at the end of the run if it is still on
 disk — by reading it from outside the job: the bytes' SHA-256 against the digest the job reported
 (and the ``.metadata`` of a directory checkpoint), and that ``torch.load`` accepts every ``.pt``
-file. It also reads the ``latest`` pointer of directory checkpoints on every runner tick and records
-each change with whether the checkpoint it names is complete. Results are ``checkpoint_verified``
-and ``latest_changed`` events, which the ``checkpoint_durable`` and ``latest_is_complete`` checks
-judge.
+file. A torch.distributed.checkpoint (DCP) directory (``.metadata`` pickled, ``__0_0.distcp`` shards) is
+read with DCP's own reader and loaded with a real ``dcp.load`` on CPU (:mod:`chaos.dcpcheck`); the
+digest a DCP job reports is of its state, not of a file, and is not compared. It also reads the
+``latest`` pointer of directory checkpoints on every runner tick and records each change with
+whether the checkpoint it names is complete. Results are ``checkpoint_verified`` and
+``latest_changed`` events, which the ``checkpoint_durable`` and ``latest_is_complete`` checks judge.
 
 Paths are the job's; when the checkpoint directory is a FUSE mount (disk faults) the watcher reads
 the mount's backing directory instead, so a disk fault's rules never delay or fail the runner.
@@ -21,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from chaos.dcpcheck import dcp_problem, is_dcp, warm
 from chaos.history import Event, RunnerLog
 
 METADATA = ".metadata"
@@ -47,8 +50,9 @@ def _loadable(path: Path) -> str | None:
 
 
 def verify(path: Path, digest: str | None) -> str | None:
-    """None if the checkpoint at ``path`` (a file, or a directory with ``.metadata``) is complete,
-    matches ``digest`` (SHA-256 of its data file, as the job reported it) and loads; else why not.
+    """None if the checkpoint at ``path`` (a file, a directory with a JSON ``.metadata``, or a DCP
+    directory) is complete, matches ``digest`` (SHA-256 of its data file, as the job reported it; not
+    compared for DCP) and loads; else why not.
     Never raises: a file that vanishes or cannot be read is the finding."""
     try:
         return _verify(path, digest)
@@ -64,6 +68,8 @@ def _verify(path: Path, digest: str | None) -> str | None:
         if digest and actual != digest:
             return f"its digest is {actual[:12]}, the job saved {digest[:12]}"
         return _loadable(path) if path.suffix == ".pt" else None
+    if is_dcp(path):
+        return dcp_problem(path)
     try:
         meta = json.loads((path / METADATA).read_text())
     except FileNotFoundError:
@@ -97,6 +103,7 @@ class CheckpointWatcher:
         self.log = log
         self.saved: dict[str, Event] = {}  # path → its checkpoint_saved event
         self._latest: str | None = None
+        warm()  # DCP's reader, before the job starts: imported mid-run it would hold the runner ~2 s
 
     def _disk(self, path: str) -> Path:
         p = Path(path)
@@ -108,8 +115,9 @@ class CheckpointWatcher:
         return p
 
     def _record(self, when: str, path: str, step: Any, why: str | None) -> Event:
+        fmt = {"format": "dcp"} if is_dcp(self._disk(path)) else {}  # read with DCP's reader and dcp.load
         return self.log.record("checkpoint_verified", when=when, path=path, step=step, ok=why is None,
-                               **({"reason": why} if why else {}))
+                               **fmt, **({"reason": why} if why else {}))
 
     def observe(self, event: Event) -> Event | None:
         """Verify on ``checkpoint_saved`` and ``checkpoint_load_begin``; returns the event recorded."""
@@ -142,6 +150,9 @@ class CheckpointWatcher:
             why = verify(target, saved.get("digest") if saved else None)
         else:
             why = f"{name} has no {METADATA}" if target.is_dir() else f"{name} does not exist"
+        if complete and why is not None and not target.exists():  # rotated away while being verified
+            return self.log.record("latest_changed", name=name, complete=None,
+                                   reason=f"{name} was removed while being verified, so it could not be judged")
         return self.log.record("latest_changed", name=name, complete=why is None, **({"reason": why} if why else {}))
 
     def finish(self) -> list[Event]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
+from rich.markup import escape
 
 from chaos.errors import CapabilityError, ScenarioError, StrategyError
 
@@ -37,10 +38,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-reference", action="store_true",
                      help="skip the fault-free reference run (equivalent_to_reference becomes unknown)")
     run.add_argument("--deadline-s", type=float, default=None, help="override the scenario's deadline_s")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a scenario field for this run: dotted KEY, YAML VALUE (e.g. backend.kind=docker, "
+                     "schedule.0.trigger.at_step=5); repeatable; recorded in the run's scenario.yaml (the replay)")
     run.add_argument("--json", action="store_true", help="print the result as JSON on stdout (no progress)")
     run.add_argument("--junit", type=Path, default=None, metavar="PATH",
-                     help="also write the verdicts as JUnit XML to PATH (one testcase per check)")
+                     help="also write the verdicts as JUnit XML to PATH (one testcase per check; unknown is skipped)")
+    run.add_argument("--strict", action="store_true", help="count an unknown verdict as a failure (exit 1; a JUnit "
+                     "failure) like RunResult.assert_ok(); without it only a failed check exits 1")
     _add_report_parser(sub)
+    _add_init_parser(sub)
 
     exp = sub.add_parser("explore", help="run the target under generated fault schedules; shrink and write a failure",
                          description="Each example is a real run. On a failure: shrink it, write the minimal failing "
@@ -57,10 +64,19 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--checks", default=None, help="comma-separated checks to hold (default: the scenario's)")
     exp.add_argument("--shrink-runs", type=int, default=30, help="most runs spent shrinking a failure (default 30)")
     exp.add_argument("--target-args", default="", help="arguments appended to the target's, e.g. '--broken non-atomic-save'")
+    exp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a scenario field for this run: dotted KEY, YAML VALUE (e.g. backend.kind=docker, "
+                     "schedule.0.trigger.at_step=5); repeatable; recorded in the run's scenario.yaml (the replay)")
     exp.add_argument("--runs-dir", type=Path, default=None, help="where the explore directory goes")
     exp.add_argument("--no-database", action="store_true", help="do not read or write Hypothesis's example database")
     exp.add_argument("--no-reference", action="store_true", help="skip the fault-free reference run")
     exp.add_argument("--json", action="store_true", help="print the result as JSON on stdout (no progress)")
+
+    sch = sub.add_parser("schema", help="print the JSON Schema of scenario files (or, with --markdown, a table of every field)",
+                         description="The JSON Schema (draft 2020-12) of a scenario file, generated from the models: point "
+                         "your editor's YAML support at it to complete and check scenario files. --markdown prints every "
+                         "field with its type, default and description (docs/scenario-fields.md is this output).")
+    sch.add_argument("--markdown", action="store_true", help="print a Markdown table of every field instead")
 
     val = sub.add_parser("validate", help="validate scenario files without running them")
     val.add_argument("scenarios", type=Path, nargs="+")
@@ -91,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     try:
-        commands = {"run": cmd_run, "explore": cmd_explore, "validate": cmd_validate, "list": cmd_list,
-                    "doctor": cmd_doctor, "report": cmd_report, "cleanup": cmd_cleanup}
+        commands = {"run": cmd_run, "explore": cmd_explore, "validate": cmd_validate, "list": cmd_list, "schema": cmd_schema,
+                    "doctor": cmd_doctor, "report": cmd_report, "cleanup": cmd_cleanup,
+                    "init": cmd_init}
         return commands[args.command](args)
     except (ScenarioError, CapabilityError, StrategyError) as exc:
         if getattr(args, "json", False):
@@ -110,13 +127,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from chaos.derive import derive_scenario
+    from chaos.derive import apply_sets, derive_scenario
     from chaos.loader import load_scenario
     from chaos.progress import LiveProgress
     from chaos.report import print_result
     from chaos.runner import preflight, run_scenario
 
-    scenario = load_scenario(args.scenario)
+    scenario = apply_sets(load_scenario(args.scenario), args.set)  # in scenario.yaml too: the replay keeps them
     if args.deadline_s is not None:  # into the scenario, so that its scenario.yaml (the replay) keeps it
         if not (math.isfinite(args.deadline_s) and args.deadline_s > 0):
             raise ScenarioError([f"--deadline-s={args.deadline_s:g}: must be a positive number of seconds "
@@ -126,36 +143,44 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference)
         _write_junit(args, result)
-        print(json.dumps(result.to_json(), indent=1, default=str))
-        return result.exit_code
+        print(json.dumps({**result.to_json(), "exit_code": result.exit_code_for(args.strict)}, indent=1, default=str))
+        return result.exit_code_for(args.strict)
     console = Console(soft_wrap=True)  # paths and commands stay whole lines in a log or a pipe
-    console.print(f"[bold]{scenario.name}[/]" + (f": {scenario.description}" if scenario.description else ""))
+    console.print(f"[bold]{escape(scenario.name)}[/]" + (f": {escape(scenario.description)}" if scenario.description else ""))
     for entry in scenario.schedule:
-        console.print(f"  schedule: {entry.describe()}")
+        console.print(f"  schedule: {escape(entry.describe())}")
+    for dropped in scenario.target.dropped_options():  # what chaos replaces in the user's command, said once
+        console.print(f"  note: {escape(dropped)}")
+    if scenario.target.cwd != "run":
+        console.print(f"  note: workers run in {escape(str(scenario.work_dir(Path('/'))))} (target.cwd); what the job "
+                      "writes there stays after the run")
+    if scenario.target.python is not None:
+        console.print(f"  note: workers run {escape(scenario.python_exe)} (target.python)")
     with LiveProgress(console, scenario.target.steps, scenario.world_size) as live:
         result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference, observer=live)
     _write_junit(args, result)
-    print_result(console, result)
-    return result.exit_code
+    print_result(console, result, strict=args.strict)
+    return result.exit_code_for(args.strict)
 
 
 def _write_junit(args: argparse.Namespace, result: Any) -> None:
     if args.junit:
         from chaos.junit import write_junit
 
-        write_junit([result], args.junit)
+        write_junit([result], args.junit, strict=getattr(args, "strict", False))
 
 
 def _add_report_parser(sub: Any) -> None:
     rep = sub.add_parser("report", help="re-check a stored run's journal and re-render its report (no rerun)",
                          description="Run the checks of a finished run again on its journal.jsonl (with its stored "
                                      "scenario.yaml and reference.json), rewrite result.json, timeline.png and "
-                                     "report.html, and print the verdicts. Exit 0 all ok, 1 a check failed or "
-                                     "could not tell, 2 not a run directory.")
+                                     "report.html, and print the verdicts. Exit 0 no check failed, 1 a check "
+                                     "failed (or, with --strict, could not tell), 2 not a run directory.")
     rep.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory (what `chaos run` printed)")
     rep.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     rep.add_argument("--junit", type=Path, default=None, metavar="PATH",
-                     help="also write the verdicts as JUnit XML to PATH (one testcase per check; unknown is a failure)")
+                     help="also write the verdicts as JUnit XML to PATH (one testcase per check; unknown is skipped)")
+    rep.add_argument("--strict", action="store_true", help="count an unknown verdict as a failure (exit 1; a JUnit failure)")
     rep.add_argument("--merge", action="store_true",
                      help="first rebuild journal.jsonl from runner.jsonl and events/ (a run whose runner died)")
 
@@ -179,8 +204,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_json(), indent=1, default=str))
     else:
-        print_result(Console(soft_wrap=True), result)
-    return EXIT_OK if result.ok else EXIT_FAILED
+        print_result(Console(soft_wrap=True), result, strict=args.strict)
+    return EXIT_FAILED if result.failed or (args.strict and result.unknown) else EXIT_OK
 
 
 def _names(value: str | None) -> list[str] | None:
@@ -190,11 +215,11 @@ def _names(value: str | None) -> list[str] | None:
 def cmd_explore(args: argparse.Namespace) -> int:
     import shlex
 
-    from chaos.derive import derive_scenario
+    from chaos.derive import apply_sets, derive_scenario
     from chaos.explore import Explorer
     from chaos.explore.display import ExploreDisplay, print_explore_result
 
-    scenario = derive_scenario(args.scenario, extra_args=shlex.split(args.target_args))
+    scenario = apply_sets(derive_scenario(args.scenario, extra_args=shlex.split(args.target_args)), args.set)
     families = _names(args.families) or sorted({f.fault for f in scenario.schedule}) or ["kill"]
     examples = args.examples if args.examples is not None or args.minutes is not None else 30
     explorer = Explorer(scenario, families=families, max_faults=args.max_faults, max_examples=examples,
@@ -220,6 +245,13 @@ def cmd_explore(args: argparse.Namespace) -> int:
     return EXIT_FAILED if result.found else EXIT_OK
 
 
+def cmd_schema(args: argparse.Namespace) -> int:
+    from chaos.schema import markdown, schema_json
+
+    sys.stdout.write(markdown() if args.markdown else schema_json())
+    return EXIT_OK
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from chaos.loader import load_scenario
 
@@ -236,9 +268,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         console = Console(highlight=False, soft_wrap=True)
         for r in report:
             if r["ok"]:
-                console.print(f"[green]ok[/]     {r['file']} ({r['name']})")
+                console.print(f"[green]ok[/]     {escape(r['file'])} ({escape(r['name'])})")
             else:
-                console.print(f"[red]invalid[/] {r['file']}:", markup=True)
+                console.print(f"[red]invalid[/] {escape(r['file'])}:", markup=True)
                 for p in r["problems"]:
                     console.print(f"  - {p}", markup=False)
     return EXIT_OK if all(r["ok"] for r in report) else EXIT_BAD_INPUT
@@ -262,7 +294,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     table.add_column("detail / fix", ratio=1)
     group = None
     for r in rows:
-        table.add_row(r.group if r.group != group else "", r.name, style[r.status], r.detail)
+        table.add_row(escape(r.group if r.group != group else ""), escape(r.name), style[r.status], escape(r.detail))
         group = r.group
     Console().print(table)
     return EXIT_OK
@@ -288,17 +320,18 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         style = {"removed": "[green]removed[/]", "would remove": "[yellow]would remove[/]", "gone": "gone",
                  "kept": "[cyan]kept[/]", "failed": "[red]FAILED[/]"}
         for o in shown:
-            table.add_row(o.item.run_id or "?", o.item.kind, o.item.name,
-                          f"{style.get(o.status, o.status)} {o.detail}".strip())
+            table.add_row(escape(o.item.run_id or "?"), escape(o.item.kind), escape(o.item.name),
+                          f"{style.get(o.status, escape(o.status))} {escape(o.detail)}".strip())
         console.print(table)
     verb = "would remove" if args.dry_run else "removed"
     bad = len(report.failures) + len(report.refused)
     console.print(f"{verb} {len(report.removed)} resource(s) of dead runs; left {len(report.kept)} of live owners alone"
                   + (f"; [red]{bad} could not be removed[/]" if bad else ""))
     for o in report.failures:
-        console.print(f"  [red]failed[/] {o.item.kind} {o.item.name}: {o.detail}", markup=True)
+        console.print(f"  [red]failed[/] {escape(o.item.kind)} {escape(o.item.name)}: {escape(o.detail)}", markup=True)
     for r in report.refused:
-        console.print(f"  [red]refused[/] run {r['run']}: {r['what']}: {r['why']}", markup=True)
+        console.print(f"  [red]refused[/] run {escape(str(r['run']))}: {escape(str(r['what']))}: "
+                      f"{escape(str(r['why']))}", markup=True)
     return report.exit_code
 
 
@@ -328,7 +361,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     console = Console(soft_wrap=True)
     if not scenarios:
-        console.print(f"[yellow]no scenario files in {args.scenarios_dir.resolve()}[/]; "
+        console.print(f"[yellow]no scenario files in {escape(str(args.scenarios_dir.resolve()))}[/]; "
                       "run from the repository or pass --scenarios-dir DIR")
         del data["scenarios"]
     for section, rows in data.items():
@@ -336,9 +369,37 @@ def cmd_list(args: argparse.Namespace) -> int:
         table.add_column(style="bold", no_wrap=True)
         table.add_column(ratio=1)
         for row in rows:
-            table.add_row(row.get("file", row["name"]), row["description"])
+            table.add_row(escape(str(row.get("file", row["name"]))), escape(str(row["description"] or "")))
         console.print(table)
     return EXIT_OK
+
+
+
+def _add_init_parser(sub: Any) -> None:
+    ini = sub.add_parser("init", help="run a job once with no faults and write a scenario for it",
+                         usage="chaos init [options] -- COMMAND...",
+                         description="Runs COMMAND (torchrun [options] train.py [args]) once under chaos's torchrun "
+                         "with no faults, shows each rank's lines, proposes blackbox.progress / saved regexes, the "
+                         "ranks that print, the checkpoint files, the last step and the save interval, and writes "
+                         "a scenario with a kill, a mid-write kill, a pause (and with --backend netns, a delay). "
+                         "Exit 0: written; 2: a bad command, or the job failed its fault-free run.")
+    ini.add_argument("--output", "-o", type=Path, default=None, metavar="PATH",
+                     help="the scenario file to write (default: chaos-<script>.yaml here)")
+    ini.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    ini.add_argument("--backend", default="local", choices=["local", "netns"],
+                     help="where the node runs (netns, as root: the scenario gets a network delay too)")
+    ini.add_argument("--cwd", default=None, help="target.cwd for the job: run, script or a directory")
+    ini.add_argument("--timeout-s", type=float, default=600.0, help="longest the fault-free run may take (600)")
+    ini.add_argument("--runs-dir", type=Path, default=None,
+                     help="keep the fault-free run's directory here (default: a temporary one, removed)")
+    ini.add_argument("--json", action="store_true", help="print what was learned as JSON on stdout")
+    ini.add_argument("job", nargs=argparse.REMAINDER, metavar="COMMAND", help="the job's command, after --")
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from chaos.init.cli import run_init
+
+    return run_init(args)
 
 
 if __name__ == "__main__":

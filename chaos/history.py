@@ -184,6 +184,12 @@ class History:
             if e.get("source") != "runner" and e.get("pid") == pid and (not kinds or e["kind"] in kinds)
         ]
 
+    def collective_timeouts(self) -> dict[int, float]:
+        """rank → the collective timeout, seconds, that its probe found the job's process group to
+        have (the latest ``collective_timeout`` event of that rank); empty when none was recorded."""
+        return {e["rank"]: float(e["timeout_s"]) for e in self.probe("collective_timeout")
+                if e.get("timeout_s") is not None and e.get("rank") is not None}
+
     def run_start(self) -> float | None:
         e = self.first("run_start")
         return e["t"] if e else (self.events[0]["t"] if self.events else None)

@@ -17,6 +17,7 @@ from chaos.blackbox.spec import MISSING_HINTS
 from chaos.blackbox.validate import blackbox_problems
 from chaos.errors import ScenarioError
 from chaos.scenario import ARG_PLACEHOLDERS, NETWORK_FAULTS, Scenario
+from chaos.target_env import target_env_problems
 
 FAULT_NAMES = ("kill", "gradient", "parameter", "pause", "node-crash", "node-restart", *NETWORK_FAULTS, "disk",
                "checkpoint")
@@ -102,6 +103,7 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
                     f"use one of {{{'}, {'.join(ARG_PLACEHOLDERS)}}} (double the braces for a literal brace)"
                 )
     out += blackbox_problems(data, base_dir, at)
+    out += target_env_problems(data, base_dir, at)
     steps = _int(target.get("steps"))
     every = _int(target.get("checkpoint_every"))
     nodes = _int(backend.get("nodes", 1))

@@ -4,7 +4,9 @@ Step triggers are exact: the probe in each worker stops at the named (event, ste
 *gate*; the nemesis injects the fault once the ranks it waits for have arrived, and only then opens
 the gate (creates ``control/go-<gate>``). Time triggers fire on the runner's clock, relative to the
 job's launch. Black-box triggers (``on_log``, ``on_checkpoint``) fire on the tick that sees their
-``count``-th matching line or file change (:mod:`chaos.blackbox.triggers`).
+``count``-th matching line or file change (:mod:`chaos.blackbox.triggers`); one with ``after_bytes``
+fires while the chaos-disk filesystem holds the job's write (:meth:`Nemesis.arm` sets the hold up
+before the job starts), and its hold is released once the fault is injected.
 """
 
 from __future__ import annotations
@@ -62,7 +64,9 @@ class Nemesis:
             fault = build_fault(spec, i)
             in_process = getattr(fault, "in_process", False)
             gate = f"g{i}" if spec.trigger.at_step is not None and not in_process else None
-            self.planned.append(Planned(i, fault, spec, gate, matcher=matcher_for(spec.trigger, control_dir.parent)))
+            self.planned.append(Planned(i, fault, spec, gate, matcher=matcher_for(spec.trigger, control_dir.parent,
+                                                                             scenario.work_dir(control_dir.parent),
+                                                                             fault_id=fault.id)))
         self.t0: float | None = None
         self.closed = False  # after heal_all nothing fires any more
 
@@ -84,6 +88,9 @@ class Nemesis:
         """Ask every fault whether it can act here; raises :class:`~chaos.errors.CapabilityError`."""
         for p in self.planned:
             check = getattr(p.fault, "preflight", None)
+            if check is not None:
+                check(self.env)
+            check = getattr(p.matcher, "preflight", None)
             if check is not None:
                 check(self.env)
 
@@ -115,6 +122,27 @@ class Nemesis:
                 return True
         return False
 
+    def arm(self) -> list[Event]:
+        """Set up what triggers need before the job starts (the write holds of ``after_bytes`` triggers, on
+        ``env.disk``). A trigger that cannot be armed is recorded as ``fault_not_fired``; returns those events."""
+        out: list[Event] = []
+        for p in self.planned:
+            arm = getattr(p.matcher, "arm", None)
+            if arm is None or p.failed is not None:
+                continue
+            try:
+                arm(self.env)
+            except ChaosError as exc:
+                p.failed = str(exc)
+                out.append(self.log.record("fault_not_fired", fault_id=p.id, description=p.fault.describe(),
+                                           reason=p.failed))
+        return out
+
+    def _release(self, p: Planned) -> None:
+        release = getattr(p.matcher, "release", None)
+        if release is not None:
+            release(self.env)
+
     def start(self, t0: float) -> None:
         """The job was launched at ``t0`` (Unix time): the origin of ``at_time_s`` triggers."""
         self.t0 = t0
@@ -140,7 +168,7 @@ class Nemesis:
                     return self.log.record("fault_not_fired", fault_id=p.id, description=p.fault.describe(),
                                            reason=p.failed)
             return None
-        if event.get("kind") in ("log_line", "checkpoint_change"):
+        if event.get("kind") in ("log_line", "checkpoint_change", "disk_hold"):
             for p in self.planned:
                 if p.matcher is not None and p.due is None and p.fired_at is None and p.matcher.match(event):
                     p.due, p.due_at = event, time.time()
@@ -200,8 +228,10 @@ class Nemesis:
                         p.failed = f"its target had no live process when the trigger matched ({p.fault.describe()})"
                         out.append(self.log.record("fault_not_fired", fault_id=p.id, description=p.fault.describe(),
                                                    reason=p.failed))
+                        self._release(p)
                         continue
                     out.append(self._fire(p, step=None, extra=p.matcher.details(p.due)))
+                    self._release(p)  # a held write goes on (a killed writer's returns short)
                 else:
                     assert self.t0 is not None
                     if now - self.t0 >= p.spec.trigger.at_time_s and p.fault.ready(self.env):
@@ -251,6 +281,11 @@ class Nemesis:
         """Heal every fault (idempotent) and open every gate, so nothing stays perturbed or blocked.
         Nothing fires after this."""
         self.closed = True
+        for p in self.planned:
+            try:
+                self._release(p)  # first: a held write would keep its process from ending
+            except Exception as exc:
+                self.log.record("fault_heal_failed", fault_id=p.id, error=str(exc))
         for p in self.planned:
             if not p.healed and not getattr(p.fault, "heal_at_end", True):
                 p.healed = True  # e.g. a crashed node is not brought back just to be torn down

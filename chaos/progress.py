@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from chaos.history import Event
@@ -56,7 +57,7 @@ class LiveProgress:
             return
         if kind == "reference_end":
             self.in_reference = False
-            self._say(e["t"], f"reference: {e.get('note')}")
+            self._say(e["t"], f"reference: {escape(str(e.get('note')))}")
             return
         if self.in_reference:
             return
@@ -66,7 +67,7 @@ class LiveProgress:
             self.unit = (box or {}).get("counter") or "step"
             length = f"{e['steps']} steps, " if not box else "black-box target" + \
                 (f" to {self.unit} {e['steps']}, " if e.get("steps") is not None else ", ")
-            self._say(e["t"], f"run [bold]{e['run_id']}[/]: {e['world_size']} ranks, {length}"
+            self._say(e["t"], f"run [bold]{escape(str(e['run_id']))}[/]: {e['world_size']} ranks, {length}"
                       f"{len(e.get('schedule', []))} fault(s) scheduled")
             for rank in range(self.world_size):
                 self._task(rank)
@@ -88,32 +89,33 @@ class LiveProgress:
         elif kind == "log_progress" and e.get("rank") is not None:  # a black-box target's output line
             self.progress.update(self._task(e["rank"]), completed=e["progress"])
         elif kind == "checkpoint_checked" and e.get("ok") is False:
-            self._say(e["t"], f"[red]{os.path.basename(e['path'])} not loadable[/] ({e.get('when')}): "
-                      f"{str(e.get('reason'))[:100]}")
+            self._say(e["t"], f"[red]{escape(os.path.basename(e['path']))} not loadable[/] ({escape(str(e.get('when')))}): "
+                      f"{escape(str(e.get('reason'))[:100])}")
         elif kind == "checkpoint_loaded" and e.get("rank") == 0:
-            self._say(e["t"], f"restored {os.path.basename(e['path'])} (step {e['step']})")
+            self._say(e["t"], f"restored {escape(os.path.basename(e['path']))} (step {e['step']})")
         elif kind == "checkpoint_load_failed" and e.get("rank") == 0:
-            self._say(e["t"], f"[red]failed to load {os.path.basename(e['path'])}[/]: {str(e.get('error'))[:100]}")
+            self._say(e["t"], f"[red]failed to load {escape(os.path.basename(e['path']))}[/]: "
+                      f"{escape(str(e.get('error'))[:100])}")
         elif kind == "fault_inject":
-            how = f"pids {e['pids']}" if e.get("pids") else f"by {e['mechanism']}" if e.get("mechanism") else ""
-            self._say(e["t"], f"[bold red]fault[/] {e['description']}" + (f": {how}" if how else ""))
+            how = escape(f"pids {e['pids']}" if e.get("pids") else f"by {e['mechanism']}" if e.get("mechanism") else "")
+            self._say(e["t"], f"[bold red]fault[/] {escape(str(e['description']))}" + (f": {how}" if how else ""))
         elif kind == "fault_heal":
-            self._say(e["t"], f"[green]healed[/] {e['description']}")
+            self._say(e["t"], f"[green]healed[/] {escape(str(e['description']))}")
         elif kind == "fault_not_fired":
-            self._say(e["t"], f"[yellow]fault did not fire[/]: {e['description']}: {e.get('reason')}")
+            self._say(e["t"], f"[yellow]fault did not fire[/]: {escape(str(e['description']))}: {escape(str(e.get('reason')))}")
         elif kind == "hang_detected":
             stuck = ", ".join(f"rank {x['rank']} silent {x['silent_s']:.0f} s" for x in e.get("stuck", []))
             self._say(e["t"], f"[bold red]hang[/]: {stuck} (bound {e['bound_s']:g} s); stopping the job")
         elif kind in ("disk_stall_begin", "disk_error") and e.get("source") == "disk":
             what = "stalled" if kind == "disk_stall_begin" else f"failed ({e.get('errno')})"
-            self._say(e["t"], f"[red]disk[/]: {e.get('op')} {e.get('path', '')} {what}")
+            self._say(e["t"], f"[red]disk[/]: {escape(str(e.get('op')))} {escape(str(e.get('path', '')))} {escape(what)}")
         elif kind in ("checkpoint_save_failed", "checkpoint_skipped", "checkpoint_rejected") and e.get("rank") == 0:
             detail = e.get("error") or e.get("reason") or ""
-            self._say(e["t"], f"[yellow]{kind.replace('_', ' ')}[/] {os.path.basename(str(e.get('path', '')))} "
-                      f"step {e.get('step', '')}: {str(detail)[:90]}")
+            self._say(e["t"], f"[yellow]{kind.replace('_', ' ')}[/] {escape(os.path.basename(str(e.get('path', ''))))} "
+                      f"step {e.get('step', '')}: {escape(str(detail)[:90])}")
         elif kind == "deadline_exceeded":
             self._say(e["t"], f"[bold red]deadline of {e['deadline_s']:g} s exceeded[/]; stopping the job")
         elif kind == "interrupted":
-            self._say(e["t"], f"[yellow]interrupted by {e.get('signal')}[/]; healing and stopping the job")
+            self._say(e["t"], f"[yellow]interrupted by {escape(str(e.get('signal')))}[/]; healing and stopping the job")
         elif kind == "agent_exit":
             self._say(e["t"], f"torchrun agent of node {e['node']} exited {e.get('exit_code')}")

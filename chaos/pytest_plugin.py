@@ -111,7 +111,9 @@ def chaos_run(request: pytest.FixtureRequest) -> ChaosRun:
     ``schedule`` replaces the scenario's schedule (a :class:`~chaos.strategies.Schedule` drawn by
     ``@given(schedule=schedules(...))``, or a list of fault specs or dicts).
     Raises :class:`~chaos.errors.ScenarioError` for an invalid scenario. Assert with
-    ``result.assert_ok()``, whose message lists each failed check and the journal's path.
+    ``result.assert_ok()``, whose message lists each failed check and the journal's path: every check
+    must be ``ok`` (an ``unknown`` fails the test, the rule of ``chaos run --strict``);
+    ``assert_ok(allow_unknown=True)`` fails only on a ``failed`` check (the rule of a plain ``chaos run``).
     """
     config = request.config
     results: list[RunResult] = []

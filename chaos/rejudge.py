@@ -33,7 +33,7 @@ def conclude(scenario: Scenario, run_id: str, run_dir: Path, status: str, events
     """Run the scenario's checks over ``events`` and save the outcome in ``run_dir``: ``result.json``,
     ``reference.json`` (if there is a reference) and, if ``report``, the report. Returns the
     :class:`RunResult`."""
-    verdicts = judge(events, scenario, reference)
+    verdicts = judge(events, scenario, reference, reference_note)
     result = RunResult(scenario, run_id, run_dir, status, verdicts, wall_time_s, reference, reference_note, events,
                        signal)
     if reference is not None:

@@ -41,6 +41,7 @@ from chaos.backends import LaunchSpec, make_backend
 from chaos.blackbox.observer import Observer as BlackboxObserver
 from chaos.blackbox.spec import resolve_pattern
 from chaos.checks import ALWAYS, CHECKS, CheckContext, Reference, Verdict, run_check
+from chaos.checks.base import REFERENCE_DISABLED
 from chaos.ckptwatch import CheckpointWatcher
 from chaos.ckptwatch import wanted as ckpt_watch_wanted
 from chaos.errors import ScenarioError
@@ -103,10 +104,26 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        """0 every check ok, 1 a check failed or could not tell, 128+N interrupted by signal N."""
+        """0 no check failed (``unknown`` verdicts are counted, not failed), 1 a check failed, 128+N
+        interrupted by signal N. :meth:`exit_code_for` ``(strict=True)`` (``chaos run --strict``) also
+        exits 1 for an ``unknown`` verdict."""
+        return self.exit_code_for(strict=False)
+
+    def exit_code_for(self, strict: bool) -> int:
+        """:attr:`exit_code`; with ``strict`` an ``unknown`` verdict is a failure (exit 1) as well."""
         if self.interrupted:
             return 128 + int(signal.Signals[self.signal or "SIGINT"])
-        return 0 if self.ok else 1
+        return 1 if self.failed or (strict and self.unknown) else 0
+
+    @property
+    def failed(self) -> list[Verdict]:
+        """The ``failed`` verdicts (the job misbehaved)."""
+        return [v for v in self.verdicts if v.status == "failed"]
+
+    @property
+    def unknown(self) -> list[Verdict]:
+        """The ``unknown`` verdicts (the history could not tell)."""
+        return [v for v in self.verdicts if v.status == "unknown"]
 
     def verdict(self, check: str) -> Verdict:
         """The verdict of ``check`` (KeyError if it did not run)."""
@@ -138,9 +155,10 @@ class RunResult:
     def assert_ok(self, allow_unknown: bool = False) -> None:
         """Raise AssertionError with :meth:`failure_message` unless every check is ok.
 
-        ``allow_unknown=True`` raises only for a ``failed`` check, the rule ``chaos explore`` holds:
-        a generated schedule that kills nothing leaves the restore checks ``unknown``, which is not a
-        failure of the job."""
+        ``allow_unknown=True`` raises only for a ``failed`` check, the rule ``chaos explore`` and a plain
+        ``chaos run`` (:attr:`exit_code`) hold: a generated schedule that kills nothing leaves the
+        restore checks ``unknown``, which is not a failure of the job. The default is the rule of
+        ``chaos run --strict`` (:meth:`exit_code_for` with ``strict=True``)."""
         bad = [v for v in self.verdicts if v.status == "failed"] if allow_unknown else \
             [v for v in self.verdicts if not v.ok]
         if bad:
@@ -157,6 +175,7 @@ class RunResult:
             "status": self.status,
             "ok": self.ok,
             "exit_code": self.exit_code,
+            "unknown": len(self.unknown),
             "wall_time_s": round(self.wall_time_s, 3),
             "reference": self.reference_note,
             "verdicts": [v.to_json() for v in self.verdicts],
@@ -243,7 +262,7 @@ def run_scenario(
         if observer:
             observer({"t": time.time(), "kind": "reference_end", "source": "runner", "note": note})
     elif not reference:
-        note = "reference disabled"
+        note = REFERENCE_DISABLED
     return _Run(scenario, runs_dir, observer, deadline_s or scenario.deadline_s, report).execute(ref, note)
 
 
@@ -285,13 +304,14 @@ class _Run:
         self.workers = WorkerTable(resolve=self.backend.host_pid)
         box = scenario.blackbox
         self.env = FaultEnv(self.backend, self.workers, self.run_id, checkpoint_dir=str(self.run_dir / "checkpoints"),
-                            checkpoint_globs=[resolve_pattern(p, self.run_dir) for p in box.checkpoints] if box else [],
+                            checkpoint_globs=[resolve_pattern(p, self.run_dir, scenario.work_dir(self.run_dir))
+                                              for p in box.checkpoints] if box else [],
                             manifest=self.manifest)
         self.nemesis = Nemesis(scenario, self.env, self.log, self.run_dir / "control")
         self.blackbox: BlackboxObserver | None = None
         if box is not None:
             self.blackbox = BlackboxObserver(box, [f.trigger for f in scenario.schedule], self.backend, self.run_dir,
-                                     scenario.base_dir, self.log, self.env)
+                                     scenario.base_dir, self.log, self.env, cwd=scenario.work_dir(self.run_dir))
         self.tail = EventTail(self.run_dir / "events")
         self.max_step: int | None = None
         self._exit_status: dict[int, str] = {}  # pid → the probe's exit status
@@ -376,8 +396,9 @@ class _Run:
 
     def _mount_disk(self) -> None:
         """Mount the disk fault's FUSE filesystem over the checkpoint directory, if the schedule has
-        a disk fault (before any node starts, so containers see it through their bind mount)."""
-        if not any(f.fault == "disk" for f in self.scenario.schedule):
+        a disk fault or a trigger that holds a write (before any node starts, so containers see it
+        through their bind mount)."""
+        if not any(f.fault == "disk" or f.trigger.holds_write for f in self.scenario.schedule):
             return
         from chaos.disk.mount import DiskMount
 
@@ -438,15 +459,19 @@ class _Run:
                 "run_start", run_id=self.run_id, scenario=s.name, world_size=s.world_size, steps=s.target.steps,
                 checkpoint_every=s.target.checkpoint_every, backend=s.backend.model_dump(),
                 schedule=self.nemesis.schedule_summary(), deadline_s=self.deadline_s, reference=note,
+                cwd=str(s.work_dir(self.run_dir)), python=s.python_exe,
+                **({"dropped_options": s.target.dropped_options()} if s.target.dropped_options() else {}),
                 **({"blackbox": self.blackbox.summary()} if self.blackbox is not None else {}))
             self._notify([start])
             if self.watcher is not None:
                 import torch  # noqa: F401  (the watcher loads checkpoints; import now, not mid-run)
             self._mount_disk()
+            self._notify(self.nemesis.arm())  # e.g. write holds on the mount, before the job starts
             env = {**s.target.env, "CHAOS_RUN_DIR": str(self.run_dir), "CHAOS_RUN_ID": self.run_id,
                    "CHAOS_RUNNER_PID": str(os.getpid()),
                    "CHAOS_GATES": json.dumps(self.nemesis.gates()), "CHAOS_SDC": json.dumps(self.nemesis.sdc_faults())}
-            self.backend.start(LaunchSpec(str(s.script_path), _fill_args(s, self.run_dir), env, _torchrun_args(s)))
+            self.backend.start(LaunchSpec(str(s.script_path), _fill_args(s, self.run_dir), env, _torchrun_args(s),
+                                          cwd=str(s.work_dir(self.run_dir)), python=s.python_exe))
             self.nemesis.start(time.time())
             deadline = t_start + self.deadline_s
             while self.backend.running() or self.nemesis.awaiting_restart():
@@ -508,14 +533,15 @@ def no_hang_bound(scenario: Scenario) -> float | None:
     return bound_s(spec.params, scenario.target.collective_timeout_s)
 
 
-def judge(events: list[Event], scenario: Scenario, ref: Reference | None) -> list[Verdict]:
-    """Run the scenario's checks (and the always-on ones) over a history."""
+def judge(events: list[Event], scenario: Scenario, ref: Reference | None, ref_note: str = "") -> list[Verdict]:
+    """Run the scenario's checks (and the always-on ones) over a history; ``ref_note`` says why there
+    is (no) reference, for the checks that need one."""
     history = History(events)
     verdicts = []
     for name in [*ALWAYS, *[c for c in scenario.check_names() if c not in ALWAYS]]:
         params = next((c.params for c in scenario.checks if c.name == name), {})
         ctx = CheckContext(scenario.target.steps, scenario.world_size, scenario.target.checkpoint_every, ref, params,
-                           scenario.target.collective_timeout_s, scenario.backend.rdzv_node)
+                           scenario.target.collective_timeout_s, scenario.backend.rdzv_node, reference_note=ref_note)
         verdicts.append(run_check(name, history, ctx))
     return verdicts
 

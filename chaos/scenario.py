@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from chaos.blackbox.command import Command, parse_command
+from chaos.blackbox.command import Command, dropped_notes, parse_command
 from chaos.blackbox.spec import BlackboxSpec, ChangeKind, PathPattern, Regex
 
 # Events the probe emits that a step-accurate trigger can stop at (``trigger.on_event``).
@@ -54,6 +54,15 @@ class TargetSpec(_Model):
         default=None, gt=0, description="The job's collective timeout (init_process_group(timeout=...)), seconds, "
         "passed as {collective_timeout_s}; what `no_hang` holds the job to.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the job.")
+    cwd: str = Field(
+        default="run", min_length=1, description="The workers' working directory: `run` (the run's own directory, "
+        "new for every run), `script` (the script's directory, for a script that reads data/ or config/ and writes "
+        "snapshot.pt relative to where it lives) or a directory's path (relative to the scenario file; ./run for a "
+        "directory named run). Relative blackbox.checkpoints and on_checkpoint paths are relative to it.")
+    python: str | None = Field(
+        default=None, min_length=1, description="The interpreter that runs torchrun and the workers: a python "
+        "executable's path (relative to the scenario file), a virtual environment's directory, or a command on PATH "
+        "(e.g. python3.12). It must have torch. Default: the interpreter chaos itself runs in.")
     blackbox: BlackboxSpec | None = Field(
         default=None, description="Set for a target that does not import chaos.probe (a black-box target): where "
         "its checkpoints are, regexes that read its output lines, and how to test that a checkpoint loads.")
@@ -94,6 +103,38 @@ class TargetSpec(_Model):
         """torchrun options of ``command`` that chaos passes on (``--role``, ``--start-method``, ...)."""
         cmd = self.parsed_command()
         return list(cmd.passthrough) if cmd is not None else []
+
+    def dropped_options(self) -> list[str]:
+        """One line per torchrun option of ``command`` that chaos drops (``--master-port``,
+        ``--rdzv-endpoint``, ``--standalone``, ...), naming it and what chaos uses instead."""
+        cmd = self.parsed_command()
+        return dropped_notes(cmd) if cmd is not None else []
+
+
+def work_dir_of(cwd: str, run_dir: Path, script: Path, base_dir: Path) -> Path:
+    """What ``target.cwd`` names: ``run`` → ``run_dir``, ``script`` → the script's directory, anything
+    else → that directory, relative to ``base_dir`` (the scenario file's directory); absolute."""
+    if cwd == "run":
+        return run_dir
+    if cwd == "script":
+        return script.resolve().parent
+    return (base_dir / Path(cwd).expanduser()).resolve()
+
+
+def python_of(python: str, base_dir: Path) -> str:
+    """The interpreter ``target.python`` names, as an absolute path (not checked to exist): a virtual
+    environment's directory → its ``bin/python``; a bare name (no ``/``) → found on PATH, else as
+    given; a path → relative to ``base_dir``. Symlinks are kept: a venv's python is a link whose
+    target would lose the venv."""
+    import os
+    import shutil
+
+    if "/" not in python:
+        return shutil.which(python) or python
+    path = Path(os.path.abspath(base_dir / Path(python).expanduser()))
+    if path.is_dir():
+        path = path / "bin" / "python"
+    return str(path)
 
 
 def is_elastic(nodes: int, min_nodes: int | None) -> bool:
@@ -213,6 +254,12 @@ class Trigger(_Model):
         "after it was still for 0.5 s); `any` = either.")
     count: int = Field(default=1, ge=1, description="With on_log or on_checkpoint: fire at the N-th match (1 = the "
                        "first). on_log counts every rank's lines (each rank prints its own copy): add `rank` to count one.")
+    after_bytes: int | None = Field(
+        default=None, ge=1, description="With on_checkpoint (under {checkpoint_dir}): fire exactly mid-write, whatever "
+        "the save's size: the chaos-disk filesystem is mounted over the checkpoint directory and holds the job's "
+        "`count`-th write of a matching file (of a `created` file, a `modified` one, or `any`) once this many bytes "
+        "are written; the fault fires, then the write is released. A file complete with fewer bytes is held at its "
+        "close instead, and the fault is reported as having missed the write.")
 
     @model_validator(mode="after")
     def _one_kind(self) -> Trigger:
@@ -222,7 +269,21 @@ class Trigger(_Model):
                              f"on_checkpoint); given: {', '.join(given) or 'none'}")
         if self.count != 1 and self.on_log is None and self.on_checkpoint is None:
             raise ValueError(f"count={self.count} counts matches of on_log or on_checkpoint; remove it")
+        if self.after_bytes is not None:
+            if self.on_checkpoint is None:
+                raise ValueError(f"after_bytes={self.after_bytes} holds a checkpoint write; give on_checkpoint "
+                                 "(e.g. \"{checkpoint_dir}/snapshot.pt\") with it")
+            if not self.on_checkpoint.startswith("{checkpoint_dir}/"):
+                raise ValueError(f"on_checkpoint={self.on_checkpoint!r} with after_bytes must be under the run's "
+                                 "checkpoint directory, where chaos mounts its filesystem; use \"{checkpoint_dir}/"
+                                 "NAME\" and have the job write there (e.g. --snapshot-path {checkpoint_dir}/snapshot.pt)")
         return self
+
+    @property
+    def holds_write(self) -> bool:
+        """True when this trigger holds a checkpoint write (``after_bytes``): the run needs the chaos-disk
+        filesystem over its checkpoint directory."""
+        return self.after_bytes is not None
 
     def describe(self) -> str:
         nth = "" if self.count == 1 else f" ({_ordinal(self.count)} time)"
@@ -235,6 +296,9 @@ class Trigger(_Model):
             return f"when {who} prints /{self.on_log}/{nth}"
         if self.on_checkpoint is not None:
             what = {"created": "is created", "modified": "is rewritten", "any": "changes"}[self.change]
+            if self.after_bytes is not None:
+                what = {"created": "is created", "modified": "is rewritten", "any": "is written"}[self.change]
+                return f"when {self.on_checkpoint} {what}{nth}, after {self.after_bytes} bytes of the write"
             return f"when {self.on_checkpoint} {what}{nth}"
         return f"at t={self.at_time_s:g}s"
 
@@ -538,11 +602,17 @@ class Scenario(_Model):
     """One experiment: run ``target`` on ``backend``, apply ``schedule``, judge with ``checks``."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Short name, used in run directories.")
-    description: str = ""
-    target: TargetSpec
-    backend: BackendSpec = Field(default_factory=LocalBackendSpec)
-    schedule: list[FaultSpec] = Field(default_factory=list)
-    checks: list[CheckSpec] = Field(default_factory=lambda: [CheckSpec(name=n) for n in DEFAULT_CHECKS])
+    description: str = Field(default="", description="One line saying what the scenario tests (printed with the run).")
+    target: TargetSpec = Field(description="The training job under test.")
+    backend: BackendSpec = Field(default_factory=LocalBackendSpec, description="Where the nodes live: `kind` local "
+                                 "(the default), netns or docker, and the topology every backend shares.")
+    schedule: list[FaultSpec] = Field(default_factory=list, description="The faults, each with its `trigger` (when) "
+                                      "and what it hits; `fault:` names its kind. Empty: a fault-free run.")
+    checks: list[CheckSpec] = Field(
+        default_factory=lambda: [CheckSpec(name=n) for n in DEFAULT_CHECKS],
+        description="The checks that judge the run: names, or {name: {param: value}}. Default: completes, "
+        "restored_from_checkpoint, equivalent_to_reference, progress_lost, recovery_time; for a black-box target "
+        "completes, restored_from_checkpoint, progress_lost, recovery_time, checkpoint_loadable.")
     deadline_s: float = Field(default=300.0, gt=0, allow_inf_nan=False,
                               description="Hard wall-clock limit of the run, seconds.")
 
@@ -586,6 +656,19 @@ class Scenario(_Model):
     def script_path(self) -> Path:
         return (self.base_dir / self.target.script_file).resolve()
 
+    def work_dir(self, run_dir: Path) -> Path:
+        """The workers' working directory for a run in ``run_dir`` (``target.cwd``): the run directory,
+        the script's directory, or the given directory (relative to the scenario file), absolute."""
+        return work_dir_of(self.target.cwd, run_dir, self.script_path, self.base_dir)
+
+    @property
+    def python_exe(self) -> str:
+        """The interpreter of torchrun and the workers (``target.python`` resolved, see
+        :func:`python_of`; not checked here), or the one chaos runs in."""
+        import sys
+
+        return python_of(self.target.python, self.base_dir) if self.target.python else sys.executable
+
     @property
     def blackbox(self) -> BlackboxSpec | None:
         """The target's black-box section (None for a target that imports the probe)."""
@@ -611,4 +694,8 @@ class Scenario(_Model):
         else:  # a target given as a command: its script is the word before the script's own arguments
             data["target"]["command"][len(data["target"]["command"]) - len(cmd.args) - 1] = script
         data["checks"] = [{c.name: c.params} if c.params else c.name for c in self.checks]
+        if self.target.cwd not in ("run", "script"):  # a directory: absolute, as the script is
+            data["target"]["cwd"] = str(self.work_dir(Path("/")))
+        if self.target.python is not None:
+            data["target"]["python"] = self.python_exe
         return data

@@ -99,17 +99,17 @@ class HostAgents:
             env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
         args = torchrun_args(self.spec, node, self.run_id, self.run_dir / "logs" / "torchelastic",
                              self.endpoint_host(), self.port, self.local_addr(node))
-        cmd = self.wrap(node, [sys.executable, "-m", "chaos.agent_main", *args, *launch.torchrun_args,
-                               launch.script, *launch.args])
+        cmd = self.wrap(node, [launch.python or sys.executable, "-m", "chaos.agent_main", *args,
+                               *launch.torchrun_args, launch.script, *launch.args])
         with open(self.logs.path(node), "ab") as out:
             proc = subprocess.Popen(
                 cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=str(self.run_dir),
+                start_new_session=True, cwd=launch.cwd or str(self.run_dir),
             )
         self.procs[node] = proc
         self._recorded[node] = self.manifest.add_process("agent", proc.pid, node=node)
         self._reported.discard(node)
-        self.log.record("agent_start", node=node, pid=proc.pid, cmd=cmd)
+        self.log.record("agent_start", node=node, pid=proc.pid, cmd=cmd, cwd=launch.cwd or str(self.run_dir))
         return proc
 
     def poll(self) -> list[tuple[int, int]]:

@@ -23,6 +23,8 @@ class LaunchSpec:
     args: list[str]
     env: dict[str, str]
     torchrun_args: list[str] = field(default_factory=list)
+    cwd: str | None = None  # the workers' working directory (target.cwd); None: the run directory
+    python: str | None = None  # the interpreter of torchrun and the workers (target.python); None: chaos's own
 
 
 @dataclass(frozen=True)

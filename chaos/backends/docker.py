@@ -74,9 +74,22 @@ def _short(run_id: str) -> str:
     return hashlib.sha1(run_id.encode()).hexdigest()[:10]
 
 
+MAX_NETWORK_NAME = 63  # one DNS label: Docker's embedded DNS answers a peer's reverse lookup with <container>.<network>
+
+
 def network_name(run_id: str) -> str:
-    """``chaos-<run id>``, with characters Docker does not accept in names replaced by ``-``."""
-    return "chaos-" + re.sub(r"[^a-zA-Z0-9_.-]", "-", run_id)[:200]
+    """``chaos-<run id>``, with characters Docker does not accept in names replaced by ``-``; at most
+    :data:`MAX_NETWORK_NAME` characters (a longer id is cut and ends in its 10-hex-digit hash).
+
+    The name is a DNS label: Docker's embedded DNS answers a reverse lookup of a container's address
+    with ``<container>.<network>``, and fails it (after a 10 s timeout, "Temporary failure in name
+    resolution") when the network's name is longer than 63 characters. c10d looks up every client that
+    connects to its store, so with a scenario name of ~33+ characters every connection to node 0 took
+    10 s and the job died with ``DistNetworkError … timed out … connect to (10.214.0.10 …)``."""
+    name = "chaos-" + re.sub(r"[^a-zA-Z0-9_.-]", "-", run_id)
+    if len(name) <= MAX_NETWORK_NAME:
+        return name
+    return f"{name[:MAX_NETWORK_NAME - 11].rstrip('-.')}-{_short(run_id)}"
 
 
 def container_name(run_id: str, node: int) -> str:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import socket
+import sys
 from pathlib import Path
 
+import chaos
 from chaos.backends.base import LaunchSpec
 from chaos.reserve import Reservation, reserve
 from chaos.scenario import _NodesSpec
@@ -79,11 +83,43 @@ def agent_env(spec: _NodesSpec, launch: LaunchSpec, node: int, iface: str | None
     """The variables an agent (and so its workers) gets on top of the node's own environment."""
     env = {**launch.env, "CHAOS_NODE": str(node), "PYTHONUNBUFFERED": "1"}
     env.setdefault("OMP_NUM_THREADS", "1")
+    if launch.python is not None and launch.python != sys.executable:
+        env.update(foreign_python_env(launch.python, launch.env))
     if not spec.share_rdzv_tcp_store:
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     if iface:
         env["GLOO_SOCKET_IFNAME"] = iface  # gloo would otherwise resolve the (shared) hostname
     return env
+
+
+def chaos_only_path() -> str:
+    """A directory that holds nothing but the ``chaos`` package (a symlink to it), for another
+    interpreter's ``PYTHONPATH``: the package's parent directory could be a site-packages whose
+    other packages (this environment's torch) would shadow the interpreter's own. Made once per
+    package location, under ``$CHAOS_CACHE_DIR`` (default ``~/.cache/chaos``); safe to race."""
+    package = Path(chaos.__file__).resolve().parent
+    root = Path(os.environ.get("CHAOS_CACHE_DIR") or Path.home() / ".cache" / "chaos")
+    where = root / "pythonpath" / hashlib.sha256(str(package).encode()).hexdigest()[:12]
+    link = where / "chaos"
+    if not (link.is_symlink() and os.readlink(link) == str(package)):
+        where.mkdir(parents=True, exist_ok=True)
+        tmp = where / f".chaos-{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(package, target_is_directory=True)
+        os.replace(tmp, link)
+    return str(where)
+
+
+def foreign_python_env(python: str, target_env: dict[str, str]) -> dict[str, str]:
+    """What an interpreter other than chaos's own needs (``target.python``): a directory with only the
+    ``chaos`` package (:func:`chaos_only_path`) after the target's own ``PYTHONPATH`` entries
+    (``chaos.agent_main`` and ``chaos.probe`` need only the standard library and torch), and its
+    ``bin`` directory first on ``PATH``, as an activated virtual environment has it."""
+    src = chaos_only_path()
+    own = target_env.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")
+    path = target_env.get("PATH") or os.environ.get("PATH", "")
+    return {"PYTHONPATH": ":".join(p for p in (own, src) if p),
+            "PATH": ":".join(p for p in (os.path.dirname(python), path) if p)}
 
 
 class AgentLogs:

@@ -25,6 +25,23 @@ SHORT = {"-m": "module", "-r": "redirects", "-t": "tee"}
 REPLACED = {"standalone", "rdzv-endpoint", "rdzv-id", "node-rank", "master-addr", "master-port", "local-addr",
             "log-dir", "redirects", "tee", "local-ranks-filter", "duplicate-stdout-filters",
             "duplicate-stderr-filters", "monitor-interval"}
+# what chaos uses instead of each replaced option (said in the run's output and journal, never dropped silently)
+INSTEAD = {
+    "standalone": "chaos runs its own rendezvous (backend.rdzv_backend) at the backend's address",
+    "rdzv-endpoint": "chaos sets the rendezvous endpoint to the backend's address and a port of its own",
+    "rdzv-id": "chaos uses the run id as the rendezvous id",
+    "node-rank": "chaos numbers the backend's nodes itself",
+    "master-addr": "chaos sets the rendezvous address from the backend (static rendezvous: backend.rdzv_backend)",
+    "master-port": "chaos sets the rendezvous port to one of its own for the run",
+    "local-addr": "chaos gives each node the address the backend assigns it",
+    "log-dir": "chaos writes torchrun's logs under the run directory (logs/torchelastic)",
+    "redirects": "chaos captures every rank's output itself (logs/ in the run directory)",
+    "tee": "chaos captures every rank's output itself (logs/ in the run directory)",
+    "local-ranks-filter": "chaos captures every rank's output itself (logs/ in the run directory)",
+    "duplicate-stdout-filters": "chaos captures every rank's output itself (logs/ in the run directory)",
+    "duplicate-stderr-filters": "chaos captures every rank's output itself (logs/ in the run directory)",
+    "monitor-interval": "backend.monitor_interval_s sets it",
+}
 # passed on to chaos's torchrun as given
 PASSED = {"start-method", "role", "signals-to-handle", "shutdown-timeout", "numa-binding", "virtual-local-rank",
           "event-log-handler"}
@@ -51,6 +68,7 @@ class Command:
     args: list[str]
     torchrun: dict[str, str] = field(default_factory=dict)  # canonical option → value ("" for a flag)
     passthrough: list[str] = field(default_factory=list)  # options passed on to chaos's torchrun
+    dropped: list[tuple[str, str]] = field(default_factory=list)  # (option as given, canonical name) chaos replaces
     launcher: bool = False  # the command began with torchrun (or python -m torch.distributed.run)
 
 
@@ -102,6 +120,8 @@ def parse_command(words: list[str]) -> Command:
         cmd.torchrun[name] = value or ""
         if name in PASSED:
             cmd.passthrough.append(f"--{name}" + (f"={value}" if value is not None else ""))
+        elif name in REPLACED:
+            cmd.dropped.append((f"--{name}" + (f"={value}" if value is not None else ""), name))
     if i >= len(rest):
         raise CommandError("the command names no script; give it after the launcher's options, e.g. "
                            "[torchrun, --nproc-per-node=2, train.py]")
@@ -110,6 +130,11 @@ def parse_command(words: list[str]) -> Command:
                            "(torchrun ... train.py), not python train.py")
     cmd.script, cmd.args = rest[i], rest[i + 1:]
     return cmd
+
+
+def dropped_notes(cmd: Command) -> list[str]:
+    """One line per torchrun option of ``cmd`` that chaos drops, naming it and what chaos uses instead."""
+    return [f"target.command: {given} dropped; {INSTEAD.get(name, 'chaos sets it itself')}" for given, name in cmd.dropped]
 
 
 def _nnodes(value: str) -> tuple[int | None, int] | None:

@@ -4,9 +4,15 @@
 *changes*: ``created`` (the path appears), ``modified`` (a rewrite begins: an existing file shrinks —
 ``open(path, "wb")`` truncates it —, is replaced by another inode, or changes after it had been still
 for ``QUIET_S``; the growth that follows is the same change), ``deleted``. A file that has been still
-for ``settle_s`` since its last change is *due* for a loadable test. :class:`LoadTester` runs the tests
-on a thread of its own (a test may take seconds), and discards a result if the file changed while it
-was being tested.
+for ``settle_s`` since its last change is *due* for a loadable test; while the FUSE layer slows the
+checkpoint directory's writes (a ``disk: slow`` fault), a file must be still for ``settle_s`` plus twice
+the added latency (:func:`disk_settle_s`), so that chaos never tests a file it is itself slowing
+mid-write. :class:`LoadTester` runs the tests on a thread of its own (a test may take seconds), and
+discards a result if the file changed while it was being tested.
+
+A pattern may match directories too (a torch.distributed.checkpoint ``step-N/``): a directory is one
+checkpoint, whose size is the sum of its files', whose time is its newest file's, and which changes
+when any of its files does.
 """
 
 from __future__ import annotations
@@ -45,24 +51,45 @@ class Change:
 
 
 def _stat(path: str) -> tuple[int, int, int] | None:
+    """(size, mtime_ns, inode) of a file; of a directory: (its files' total size, the newest of its and
+    its files' mtimes, its inode). None if it is gone."""
     try:
         st = os.stat(path)
+        if not os.path.isdir(path):
+            return st.st_size, st.st_mtime_ns, st.st_ino
+        size, mtime = 0, st.st_mtime_ns
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.is_file(follow_symlinks=False):
+                    est = entry.stat(follow_symlinks=False)
+                    size, mtime = size + est.st_size, max(mtime, est.st_mtime_ns)
+        return size, mtime, st.st_ino
     except OSError:
         return None
-    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def disk_settle_s(mount: Any) -> float:
+    """Extra stillness a file needs before it is tested while ``mount`` (a DiskMount, or None) slows
+    writes: twice the largest latency of its ``slow`` rules on write or fsync, seconds (0 without)."""
+    rules = mount.rules() if mount is not None and hasattr(mount, "rules") else []
+    slow = [r.latency_ms for r in rules if r.mode == "slow" and {"write", "fsync", "flush"} & set(r.ops)]
+    return 2 * max(slow) / 1000 if slow else 0.0
 
 
 class FileWatch:
     """Changes of the files matching ``watch`` (absolute globs); which of those matching ``test`` are
     due for a loadable test. ``remap`` gives (job's directory, directory to read instead) while the
-    checkpoint directory is a FUSE mount, so that a disk fault never stalls the watcher."""
+    checkpoint directory is a FUSE mount, so that a disk fault never stalls the watcher. ``extra_settle``
+    gives the seconds of stillness to add now (:func:`disk_settle_s` of the run's mount)."""
 
     def __init__(self, watch: list[str], test: list[str], settle_s: float,
-                 remap: Callable[[], tuple[str, str] | None] = lambda: None) -> None:
+                 remap: Callable[[], tuple[str, str] | None] = lambda: None,
+                 extra_settle: Callable[[], float] = lambda: 0.0) -> None:
         self.watch = list(dict.fromkeys(watch + test))
         self.test = test
         self.settle_s = settle_s
         self.remap = remap
+        self.extra_settle = extra_settle
         self.files: dict[str, FileState] = {}
 
     def disk_path(self, path: str) -> str:
@@ -81,7 +108,7 @@ class FileWatch:
                 disk = swap[1] + pattern[len(swap[0]):]
             for found in glob.glob(disk):
                 st = _stat(found)
-                if st is not None and not os.path.isdir(found):
+                if st is not None:
                     job_path = swap[0] + found[len(swap[1]):] if swap and disk != pattern else found
                     out[job_path] = st
         return out
@@ -111,9 +138,10 @@ class FileWatch:
     def due(self, now: float | None = None) -> list[str]:
         """Files to test now: changed, then still for ``settle_s``, and not tested since. Marked tested."""
         now = time.time() if now is None else now
+        settle_s = self.settle_s + self.extra_settle()
         out = []
         for path, state in self.files.items():
-            if not state.tested and now - state.changed_at >= self.settle_s and self.tested(path):
+            if not state.tested and now - state.changed_at >= settle_s and self.tested(path):
                 state.tested = True
                 out.append(path)
         return out
@@ -128,11 +156,16 @@ class FileWatch:
 
 
 class LoadTester:
-    """Runs loadable tests on one background thread; :meth:`results` collects what finished."""
+    """Runs loadable tests on one background thread; :meth:`results` collects what finished.
 
-    def __init__(self, test: LoadTest, disk_path: Callable[[str], str]) -> None:
+    ``cross_check`` (the built-in test, when the scenario gives its own checker) is run on a file the
+    checker rejects; its answer is the result's ``builtin_ok``, so that a checker that rejects files
+    chaos's own loader accepts can be told from a torn file."""
+
+    def __init__(self, test: LoadTest, disk_path: Callable[[str], str], cross_check: LoadTest | None = None) -> None:
         self.test = test
         self.disk_path = disk_path
+        self.cross_check = cross_check
         self._todo: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._done: queue.Queue[dict[str, Any]] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="chaos-loadable", daemon=True)
@@ -151,6 +184,7 @@ class LoadTester:
             before = _stat(disk)
             ok: bool | None
             why: str | None
+            extra: dict[str, Any] = {}
             if before is None:
                 ok, why = None, "it was gone when tested"
             else:
@@ -158,9 +192,14 @@ class LoadTester:
                     ok, why = self.test(Path(disk))
                 except Exception as exc:  # e.g. the file vanished mid-read
                     ok, why = None, f"the test failed: {type(exc).__name__}: {exc}"
+                if ok is False and self.cross_check is not None:
+                    try:
+                        extra["builtin_ok"] = self.cross_check(Path(disk))[0]
+                    except Exception:  # the built-in loader cannot tell either
+                        extra["builtin_ok"] = None
                 if _stat(disk) != before:
-                    ok, why = None, "it changed while being tested"
-            self._done.put({**job, "ok": ok, "reason": why, "bytes": before[0] if before else None})
+                    ok, why, extra = None, "it changed while being tested", {}
+            self._done.put({**job, "ok": ok, "reason": why, "bytes": before[0] if before else None, **extra})
 
     def results(self) -> list[dict[str, Any]]:
         out = []

@@ -55,13 +55,23 @@ class LineParser:
             return out
         return None
 
-    def saved(self, text: str) -> int | None:
-        """The step or epoch a "checkpoint saved" line names, or None."""
+    @property
+    def saved_from_progress(self) -> bool:
+        """True when the saved regex captures no number: a saved line holds the latest progress line's."""
+        return self.saved_re is not None and counter_of(self.saved_re.pattern) is None
+
+    def saved(self, text: str, latest: int | None = None) -> int | None:
+        """The step or epoch a "checkpoint saved" line names, or None. A saved regex without a number
+        gives ``latest`` (the counter of the latest progress line the same rank printed)."""
         if self.saved_re is None or self.counter is None:
             return None
         m = self.saved_re.search(text)
+        if m is None:
+            return None
+        if self.saved_from_progress:
+            return latest
         try:
-            return int(m.group(self.counter)) if m else None
+            return int(m.group(self.counter))
         except (IndexError, ValueError):
             return None
 
@@ -148,9 +158,11 @@ class LogTail:
                 out.append((dirpath, int(m.group(1)), int(m.group(2))))
         return out
 
-    def poll(self, final: bool = False) -> list[Line]:
-        """New complete lines of every followed file (with ``final``, a last unterminated line too)."""
-        now = time.time()
+    def poll(self, final: bool = False, now: float | None = None) -> list[Line]:
+        """New complete lines of every followed file (with ``final``, a last unterminated line too), each
+        stamped ``now`` (default: the time of the call; the observer passes its tick's time, so that lines
+        and checkpoint changes seen in one tick carry the same time and neither looks earlier)."""
+        now = time.time() if now is None else now
         out = []
         for log_dir, files in self._files.items():
             for stream, f in files:

@@ -5,7 +5,9 @@ Recorded in the journal, with ``source: "blackbox"`` (target-side facts, seen fr
 - ``start`` — a worker process appeared: rank, local_rank, node, restart, world_size, pid (``t`` = its create time)
 - ``log_progress`` — a line matched ``blackbox.progress``: rank, restart, pid, the counter (``step`` or
   ``epoch``, also as ``progress``), ``loss`` if captured, the line
-- ``log_checkpoint_saved`` — a line matched ``blackbox.saved``: the counter value saved (``progress``)
+- ``log_checkpoint_saved`` — a line matched ``blackbox.saved``: the counter value saved (``progress``; as
+  the line says it, ``blackbox.saved_means`` tells whether it is the step done or the next to run); a
+  line without a number gets the latest progress line's (``from_progress: true``)
 - ``log_error`` — an error line on a worker's stderr (the end of a traceback); at most 20 per worker
 - ``checkpoint_change`` — a checkpoint file was created, began to be rewritten, or was deleted; or
   ``present``: it was there before the job started (left by an earlier run, when it lives outside the
@@ -16,6 +18,10 @@ Recorded in the journal, with ``source: "blackbox"`` (target-side facts, seen fr
 
 ``log_line`` events (every line, with rank and text) are handed to the nemesis for ``on_log`` triggers
 and not recorded.
+
+Times: a line's events carry the time of the tick that read it, the same as the checkpoint changes that
+tick saw (recorded after the lines, so a line printed before a write sorts before it); a ``start`` is
+the process's create time, corrected for psutil's whole-second boot time (:func:`boot_time_error`).
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends.base import Backend
-from chaos.blackbox.files import Change, FileWatch, LoadTester
-from chaos.blackbox.loadable import load_test
+from chaos.blackbox.files import Change, FileWatch, LoadTester, disk_settle_s
+from chaos.blackbox.loadable import cross_check, load_test
 from chaos.blackbox.logs import MAX_LINE, Line, LineParser, LogTail, is_error
 from chaos.blackbox.spec import BlackboxSpec, resolve_pattern
 from chaos.blackbox.triggers import watched_patterns
@@ -40,6 +46,19 @@ SCAN_EVERY_S = 0.1  # how often the agents' children are listed
 ORPHANS_EVERY_S = 1.0  # how often the log directory is searched for workers that died unseen
 MAX_ERRORS = 20  # log_error events per worker
 KILLING = ("kill", "node-crash")
+
+
+def boot_time_error() -> float:
+    """Seconds to add to a process's ``psutil`` create time to make it exact. psutil adds the process's
+    start (in clock ticks since boot) to the boot time of ``/proc/stat``, which is whole seconds: up to
+    1 s early, so that a worker restarted right after a kill looked started before it. The boot time from
+    the clocks themselves (now − ``CLOCK_BOOTTIME``) is exact."""
+    try:
+        import psutil
+
+        return max(0.0, (time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)) - psutil.boot_time())
+    except (AttributeError, OSError, ImportError):
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -56,7 +75,7 @@ class Observer:
     the nemesis fired; :meth:`finish` once the job is gone."""
 
     def __init__(self, spec: BlackboxSpec, triggers: list[Trigger], backend: Backend, run_dir: Path, base_dir: Path,
-                 log: RunnerLog, disk: Any = None) -> None:
+                 log: RunnerLog, disk: Any = None, cwd: Path | None = None) -> None:
         self.spec = spec
         self.backend = backend
         self.log = log
@@ -64,16 +83,19 @@ class Observer:
         self.parser = LineParser(spec.progress, spec.saved)
         self.scan = WorkerScan(self._agents)
         self.tail = LogTail(run_dir / "logs" / "torchelastic")
-        self.patterns = [resolve_pattern(p, run_dir) for p in spec.checkpoints]
+        self.patterns = [resolve_pattern(p, run_dir, cwd) for p in spec.checkpoints]  # cwd: target.cwd
         self.ckpt_dir = str(run_dir / "checkpoints")
         self.disk = disk  # the FaultEnv, whose .disk is the FUSE mount while one is mounted
-        self.files = FileWatch(watched_patterns(triggers, run_dir), self.patterns, spec.settle_ms / 1000, self._remap)
+        self.files = FileWatch(watched_patterns(triggers, run_dir, cwd), self.patterns, spec.settle_ms / 1000, self._remap,
+                               lambda: disk_settle_s(getattr(self.disk, "disk", None)))
         if spec.loadable_command is None and spec.loadable_function is None:
             import torch  # noqa: F401  (the default test loads with torch: import it now, not mid-run on the
             # tester's thread, where it would hold the GIL for seconds and delay the triggers)
-        self.tester = LoadTester(load_test(spec, base_dir, run_dir), self.files.disk_path)
+        self.tester = LoadTester(load_test(spec, base_dir, run_dir, cwd), self.files.disk_path, cross_check(spec))
         self._present = [replace(c, change="present") for c in self.files.poll()]  # before the job starts
         self._errors: Counter[Any] = Counter()
+        self._latest: dict[int | None, int] = {}  # id(worker) (None: any) → its latest progress counter
+        self._boot_fix = boot_time_error()
         self._next_scan = 0.0
         self._next_orphans = time.time() + ORPHANS_EVERY_S
 
@@ -96,7 +118,7 @@ class Observer:
     def _started(self, w: SeenWorker) -> Event:
         if w.log_dir:
             self.tail.follow(w.log_dir, w)
-        return self._record("start", t=w.started, node=w.node, rank=w.rank, local_rank=w.local_rank,
+        return self._record("start", t=w.started + self._boot_fix, node=w.node, rank=w.rank, local_rank=w.local_rank,
                             world_size=w.world_size, restart=w.restart, pid=w.pid, host_pid=w.host_pid)
 
     def _who(self, owner: Any) -> dict[str, Any]:
@@ -111,13 +133,17 @@ class Observer:
         text = line.text[:MAX_LINE]
         progress = self.parser.progress(line.text)
         if progress is not None:
-            out.append(self._record("log_progress", stream=line.stream, line=text, **who, **progress))
-        saved = self.parser.saved(line.text)
+            out.append(self._record("log_progress", t=line.t, stream=line.stream, line=text, **who, **progress))
+            self._latest[id(line.owner)] = self._latest[None] = int(progress["progress"])
+        # a saved line without a number holds the latest progress line's (this rank's, else any rank's)
+        latest = self._latest.get(id(line.owner), self._latest.get(None))
+        saved = self.parser.saved(line.text, latest)
         if saved is not None:
-            out.append(self._record("log_checkpoint_saved", progress=saved, line=text, **who))
+            extra = {"from_progress": True} if self.parser.saved_from_progress else {}
+            out.append(self._record("log_checkpoint_saved", t=line.t, progress=saved, line=text, **who, **extra))
         if line.stream == "stderr" and is_error(line.text) and self._errors[line.owner] < MAX_ERRORS:
             self._errors[line.owner] += 1
-            out.append(self._record("log_error", line=text, **who))
+            out.append(self._record("log_error", t=line.t, line=text, **who))
         return out
 
     def _orphans(self) -> None:
@@ -147,7 +173,7 @@ class Observer:
         if now >= self._next_orphans:
             self._next_orphans = now + ORPHANS_EVERY_S
             self._orphans()
-        for line in self.tail.poll():
+        for line in self.tail.poll(now=now):
             out += self._line(line)
         out += [self._changed(c) for c in self.files.poll(now)]
         for path in self.files.due(now):

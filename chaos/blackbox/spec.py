@@ -58,6 +58,8 @@ def _progress_regex(value: str) -> str:
 
 
 def _saved_regex(value: str) -> str:
+    if not compile_regex(value).groupindex:
+        return value  # no number on the line: the saved counter is the latest progress line's
     return _counter_regex(value, COUNTER_GROUPS)
 
 
@@ -81,12 +83,12 @@ def counter_of(regex: str) -> str | None:
     return next((g for g in COUNTER_GROUPS if g in groups), None)
 
 
-def resolve_pattern(pattern: str, run_dir: Path) -> str:
-    """A checkpoint path or glob as an absolute pattern: placeholders filled, relative to ``run_dir``
-    (the job's working directory)."""
+def resolve_pattern(pattern: str, run_dir: Path, cwd: Path | None = None) -> str:
+    """A checkpoint path or glob as an absolute pattern: placeholders filled, relative to ``cwd`` (the
+    job's working directory, ``target.cwd``; default ``run_dir``)."""
     filled = pattern.format(checkpoint_dir=str(run_dir / "checkpoints"), run_dir=str(run_dir))
     path = Path(filled)
-    return str(path if path.is_absolute() else run_dir / path)
+    return str(path if path.is_absolute() else (cwd or run_dir) / path)
 
 
 class _Model(BaseModel):
@@ -101,7 +103,9 @@ class BlackboxSpec(_Model):
         min_length=1, description="Where the job writes its checkpoints: a path or glob (or a list of them). "
         "{checkpoint_dir} and {run_dir} are filled in; a relative path is relative to the job's working "
         "directory (the run directory). Every matching file is tested with the loadable test after each "
-        "change, right after each fault that kills a process, and at the end of the run.")
+        "change, right after each fault that kills a process, and at the end of the run. A match may be a "
+        "directory: a torch.distributed.checkpoint one (e.g. \"{checkpoint_dir}/step-*\", each with `.metadata` "
+        "and `__0_0.distcp` shards) is tested with DCP's own reader and a real `dcp.load` on CPU.")
     progress: list[ProgressRegex] = Field(
         default_factory=list, description="Regexes (Python `re.search`) over each rank's output lines that read "
         "its progress, with named groups: `step` or `epoch` (the counter, a whole number; every regex the same "
@@ -109,10 +113,22 @@ class BlackboxSpec(_Model):
     saved: Annotated[str, AfterValidator(_saved_regex)] | None = Field(
         default=None, description="Regex of the line the job prints once a checkpoint is saved, capturing the "
         r"same counter as `progress`, e.g. 'Epoch (?P<epoch>\d+) \| Training snapshot saved'. Tells the checks "
-        "which step or epoch the newest checkpoint holds.")
+        "which step or epoch the newest checkpoint holds. A regex without named groups (a line with no number, "
+        "e.g. 'saving checkpoint to') takes the counter of the latest progress line the same rank printed.")
+    saved_means: Literal["done", "next"] = Field(
+        default="done", description="What the saved counter means: `done` — the step or epoch just completed "
+        "(a correct job resumes at it + 1); `next` — the next one to run (`EPOCHS_RUN = epoch + 1`, "
+        "`iter_num`: a correct job resumes at it).")
+    progress_ranks: list[int] | None = Field(
+        default=None, description="The ranks that print progress lines (e.g. [0] for a job that logs on the "
+        "master only). Default: learned from the run — the ranks that printed progress before the first fault.")
     loadable_command: list[str] | None = Field(
         default=None, min_length=1, description="A command that exits 0 when a checkpoint file is loadable; "
-        "{path} is the file. A first word `python` is this interpreter. Runs in the run directory.")
+        "{path} is the file. A first word `python` is this interpreter. Runs in the job's working directory "
+        "(target.cwd) when that is not the run directory, else in the scenario file's directory, so relative "
+        "paths in it mean what they mean there. A checker that cannot run (exit 126/127, a missing script or "
+        "module) or that rejects every file, also ones chaos's own loader accepts, makes the verdict unknown, "
+        "not a torn checkpoint.")
     loadable_function: str | None = Field(
         default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", description="'module:function' called with a "
         "checkpoint file's path (str): loadable unless it raises or returns False. Imported with the "
@@ -141,9 +157,16 @@ class BlackboxSpec(_Model):
         if len(counters) > 1:
             raise ValueError("progress: every regex must capture the same counter (all `step` or all `epoch`); "
                              "name the others' group the same")
-        if self.saved is not None and counters and counter_of(self.saved) not in counters:
+        if self.saved is not None and counters and counter_of(self.saved) is not None and \
+                counter_of(self.saved) not in counters:
             raise ValueError(f"saved captures {counter_of(self.saved)} but progress captures {counters.pop()}; "
                              "capture the same counter in both")
+        if self.saved is not None and counter_of(self.saved) is None and not self.progress:
+            raise ValueError(f"saved={self.saved!r} captures no number, so its counter comes from the latest progress "
+                             "line; add a progress regex, or capture the number, e.g. 'saved epoch (?P<epoch>\\d+)'")
+        if self.progress_ranks is not None and (not self.progress_ranks or min(self.progress_ranks) < 0):
+            raise ValueError(f"progress_ranks={self.progress_ranks} must list ranks (whole numbers ≥ 0), e.g. [0]; "
+                             "leave it out to learn them from the run")
         return self
 
     @property
@@ -154,7 +177,9 @@ class BlackboxSpec(_Model):
     def summary(self) -> dict[str, object]:
         """What the checks need to know of this section (recorded in ``run_start``)."""
         return {"checkpoints": list(self.checkpoints), "counter": self.counter, "progress": bool(self.progress),
-                "saved": self.saved is not None, "settle_s": self.settle_ms / 1000,
+                "saved": self.saved is not None, "saved_means": self.saved_means,
+                "saved_from_progress": self.saved is not None and counter_of(self.saved) is None,
+                "progress_ranks": self.progress_ranks, "settle_s": self.settle_ms / 1000,
                 "loadable": "command" if self.loadable_command else "function" if self.loadable_function else "torch.load"}
 
 

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 # checkpoint_loadable and the black-box variants of the checks below (chaos.blackbox.checks)
 from chaos.blackbox import checks as _blackbox_checks  # noqa: F401
-from chaos.checks import completion, durability, equivalence, hang, regroup, restore, sdc, speed  # noqa: F401
+from chaos.checks import (  # noqa: F401
+    completion,
+    durability,
+    equivalence,
+    hang,
+    regroup,
+    replicas,
+    restore,
+    sdc,
+    speed,
+    writers,
+)
 from chaos.checks.base import CHECKS, CheckContext, CheckDef, Reference, Verdict, run_check
 
 ALWAYS = ("faults_fired",)

@@ -79,6 +79,23 @@ class CheckContext:
     params: dict[str, Any] = field(default_factory=dict)
     collective_timeout_s: float | None = None
     rdzv_node: int = 0
+    reference_note: str = ""  # why there is (no) reference: the runner's note ("reference disabled", ...)
+
+
+REFERENCE_DISABLED = "reference disabled"  # the runner's note when --no-reference (chaos_reference=False) was given
+
+
+def no_reference(name: str, ctx: CheckContext) -> Verdict:
+    """The ``unknown`` verdict of a check that needs a reference run and has none, saying why: it was
+    turned off, the reference run failed, a black-box target has none (from ``ctx.reference_note``)."""
+    note = ctx.reference_note
+    if note == REFERENCE_DISABLED:
+        why = "the reference run was turned off (--no-reference, or chaos_reference=False); run without it to compare"
+    elif note:
+        why = note
+    else:
+        why = "no reference run is available"
+    return Verdict(name, "unknown", f"no reference run to compare with: {why}")
 
 
 @dataclass

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import signal
+from collections.abc import Sequence
+
 from chaos.checks.base import CheckContext, Verdict, check
+from chaos.checks.midwrite import landings
+from chaos.checks.restores import restart_budget
 from chaos.history import Event, History
 
 CONNECT_HINT = ("restarted gloo workers could not connect to their peers: after a restart they dial a dead "
@@ -20,25 +26,64 @@ def _connect_hint(history: History) -> str:
     return CONNECT_HINT
 
 
-def _last_errors(history: History, limit: int = 2) -> list[str]:
-    """The last worker errors that are not collateral damage of an injected fault.
+# errors a worker gets because a peer died first: never the root cause while another error is there
+COLLATERAL = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "SIGTERM", "Signal 15")
 
-    A worker that was running when a fault hit (its peers' collectives fail with "Connection closed
-    by peer") is expected to error; the errors worth naming are those of processes started later.
+
+def _where(e: Event) -> str:
+    return "before its first step" if e.get("last_step") is None else f"at step {e['last_step']}"
+
+
+def _last_errors(history: History, limit: int = 2) -> list[str]:
+    """The root cause of the last failure, then a few of the errors that followed from it.
+
+    The workers' errors worth naming are those of processes started after the last fault (a worker
+    running when a fault hit is expected to fail); if none of those failed, those of the workers
+    running at it (a peer's collective timing out during a stall is the cause the user needs).
+    Of one failure (the processes that ended after the last failing one began) the first error in
+    time is named first, unless it is a peer's "Connection closed by peer" while another rank's
+    error is there: when several ranks fail, the first error is the cause and the rest follow.
     """
     faults = history.faults()
     after = faults[-1]["t"] if faults else 0.0
     started = {e["pid"]: e["t"] for e in history.probe("start")}
-    errors = [e for e in history.probe("exit") if e.get("status") == "error" and started.get(e["pid"], 0.0) > after]
-    out: list[str] = []
-    said: set[str] = set()
-    for e in errors[-limit:]:
-        where = "before its first step" if e.get("last_step") is None else f"at step {e['last_step']}"
-        error = str(e.get("error", "?"))[:300]
-        out.append(f"rank {e['rank']} (restart {e.get('restart')}) failed {where}: "
-                   + (error if error not in said else "the same error"))
-        said.add(error)
+    errors = [e for e in history.probe("exit") if e.get("status") == "error"]
+    later = [e for e in errors if started.get(e["pid"], 0.0) > after]
+    during = "" if later or not faults else f" during or after {faults[-1].get('description', 'the last fault')}"
+    group = later or [e for e in errors if e["t"] >= after]
+    if not group:
+        return []
+    began = started.get(group[-1]["pid"], group[-1]["t"])
+    group = [e for e in group if e["t"] >= began]
+    root = next((e for e in group if not any(c in str(e.get("error", "")) for c in COLLATERAL)), group[0])
+    error = str(root.get("error", "?"))[:300]
+    out = [f"first error: rank {root['rank']} (restart {root.get('restart')}) failed {_where(root)}{during}: {error}"]
+    said = {error}
+    for e in [e for e in group if e is not root][:limit]:
+        text = str(e.get("error", "?"))[:160]
+        out.append(f"also rank {e['rank']} (restart {e.get('restart')}) failed {_where(e)}: "
+                   + (text if text not in said else "the same error"))
+        said.add(text)
     return out
+
+
+def _first_log_error(history: History, after: float, named: Sequence[str] = ()) -> list[str]:
+    """For a black-box target: the first error line (``log_error``) of the workers started after
+    ``after`` — or, if none of those printed one, the first printed after it by any worker (one
+    running when the fault began) — skipping peers' "Connection closed by peer" while another is
+    there; ``["first error: rank R (restart K) printed LINE"]``, or ``[]`` when there is none or
+    ``named`` (texts already in the verdict) names it already."""
+    started = {e["pid"]: float(e["t"]) for e in history.probe("start") if e.get("pid") is not None}
+    found = history.of("log_error")
+    group = [e for e in found if started.get(e.get("pid"), float(e["t"])) > after] or \
+        [e for e in found if float(e["t"]) >= after]
+    if not group:
+        return []
+    root = next((e for e in group if not any(c in str(e.get("line", "")) for c in COLLATERAL)), group[0])
+    line = re.sub(r"^\[rank\d+\]:\s*", "", " ".join(str(root.get("line", "?")).split()))[:200]
+    if any(line[:60] in text for text in named):
+        return []
+    return [f"first error: rank {root.get('rank', '?')} (restart {root.get('restart', '?')}) printed {line}"]
 
 
 def _log_tails(history: History) -> list[str]:
@@ -55,11 +100,16 @@ def _reached(history: History) -> dict[int, int]:
     return out
 
 
+# -SIGSTOP / -SIGCONT: what a paused worker's code reads as when the pause fault signalled it; those
+# signals stop and resume a process, they never end it
+STOP_CODES = (-signal.SIGSTOP, -signal.SIGCONT, -signal.SIGTSTP)
+
+
 def _aborted_after_clean_exit(history: History) -> list[str]:
     clean = {e["pid"] for e in history.probe("exit") if e.get("status") == "ok"}
     return [f"rank {e['rank']} (restart {e.get('restart')}) died with exit code {e['exit_code']} after reporting a "
             f"clean exit" for e in history.of("worker_exit")
-            if e["pid"] in clean and e.get("exit_code") not in (0, None)]
+            if e["pid"] in clean and e.get("exit_code") not in (0, None, *STOP_CODES)]
 
 
 def _hints(history: History) -> list[str]:
@@ -146,7 +196,8 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
     if bad:
         codes = ", ".join(f"node {e['node']} exited {e['exit_code']}" for e in bad)
         parts = [f"torchrun agent failed: {codes}; {_progress(history)}"]
-        parts += _aborted_after_clean_exit(history) + _last_errors(history) + _hints(history) + _log_tails(history)
+        parts += _aborted_after_clean_exit(history) + _last_errors(history) + restart_budget(history) + \
+            _hints(history) + _log_tails(history)
         return Verdict(name, "failed", "; ".join(parts), events=bad[:3])
     if short:
         what = ", ".join(f"rank {r} reached {'no step' if s is None else f'step {s}'}" for r, s in sorted(short.items()))
@@ -192,6 +243,11 @@ def faults_fired(history: History, ctx: CheckContext) -> Verdict:
     times: dict[str, int] = {}
     for e in history.faults():
         times[e.get("description", "?")] = times.get(e.get("description", "?"), 0) + 1
+    writes = landings(history)  # faults meant for a checkpoint write: mid-write, or missed it
+    where = "; " + "; ".join(w.text() for w in writes) if writes else ""
+    if any(w.exact and not w.mid_write for w in writes):  # an after_bytes trigger that could not land mid-write
+        return Verdict(name, "failed", f"{len(planned)}/{len(planned)} scheduled fault(s) fired, not all where "
+                       f"scheduled{where}", events=history.faults()[:3])
     return Verdict(name, "ok", f"{len(planned)}/{len(planned)} scheduled fault(s) fired: " +
-                   "; ".join(d + (f" ({n} injections)" if n > 1 else "") for d, n in times.items()),
+                   "; ".join(d + (f" ({n} injections)" if n > 1 else "") for d, n in times.items()) + where,
                    events=history.faults()[:3])

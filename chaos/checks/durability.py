@@ -42,7 +42,10 @@ def checkpoint_durable(history: History, ctx: CheckContext) -> Verdict:
     skipped, failed = history.probe("checkpoint_skipped"), history.probe("checkpoint_save_failed")
     notes = ([f"{len(skipped)} save(s) skipped while the previous one was still being written"] if skipped else []) + \
         ([f"{len(failed)} save(s) failed and were not reported saved ({failed[0].get('error')})"] if failed else [])
-    return Verdict(name, "ok", f"{len(saved)} checkpoint(s) complete, digest-equal and loadable after their save; "
+    dcp = {e["path"] for e in verified if e.get("when") == "saved" and e.get("format") == "dcp"}
+    how = ("complete and loaded whole by dcp.load (torch.distributed.checkpoint)" if dcp and dcp == saved
+           else "complete, digest-equal and loadable")
+    return Verdict(name, "ok", f"{len(saved)} checkpoint(s) {how} after their save; "
                    f"{loads} re-verified when loaded, {end} at the end of the run"
                    + (f"; {'; '.join(notes)}" if notes else ""), value=len(saved))
 
@@ -53,13 +56,31 @@ def latest_is_complete(history: History, ctx: CheckContext) -> Verdict:
     changes = history.of("latest_changed")
     if not changes:
         return Verdict(name, "unknown", "no `latest` pointer was seen (the target writes none)")
-    bad = [e for e in changes if not e.get("complete")]
+    bad = [e for e in changes if e.get("complete") is False]  # None: it vanished before it could be judged
     t0 = history.run_start() or 0.0
     if bad:
-        text = "; ".join(f"at t={e['t'] - t0:.1f}s latest named {e['name']}: {e.get('reason')}" for e in bad[:3])
-        return Verdict(name, "failed", f"{text} — a crash then would resume from nothing", events=bad[:3])
+        # the values in force when a fault hit matter most (a crash then resumes from what latest names),
+        # then the first and the last
+        faults = history.faults()
+        later = {id(e): (changes[i + 1]["t"] if i + 1 < len(changes) else float("inf")) for i, e in enumerate(changes)}
+        hit = {id(e): next((f for f in faults if e["t"] <= f["t"] < later[id(e)]), None) for e in bad}
+        pick = [e for e in bad if hit[id(e)] is not None][:2] + [bad[0], bad[-1]]
+        ids = {id(e) for e in pick}
+        shown = bad if len(bad) <= 4 else [e for e in bad if id(e) in ids]
+        text = "; ".join(f"at t={e['t'] - t0:.1f}s latest named {e['name']}: {e.get('reason')}"
+                         + (f" (in force when {(hit[id(e)] or {}).get('description', 'a fault')} hit)" if hit[id(e)] else "")
+                         for e in shown)
+        more = f" ({len(bad)} times in all; {len(bad) - len(shown)} not shown)" if len(shown) < len(bad) else ""
+        end = (f"; it still named the incomplete {changes[-1]['name']} at its last change" if changes[-1].get("complete") is False
+               else "")
+        return Verdict(name, "failed", f"{text}{more}{end} — a crash then would resume from nothing", events=shown)
+    unjudged = [e for e in changes if e.get("complete") is None]
+    if len(unjudged) == len(changes):
+        return Verdict(name, "unknown", f"latest changed {len(changes)} time(s), and each checkpoint it named was "
+                       f"removed before it could be verified ({unjudged[-1].get('reason')})")
+    also = f" ({len(unjudged)} more removed before they could be verified)" if unjudged else ""
     return Verdict(name, "ok", f"latest changed {len(changes)} time(s), each time to a complete, verified "
-                   f"checkpoint (last: {changes[-1]['name']})", value=len(changes))
+                   f"checkpoint (last: {changes[-1]['name']}){also}", value=len(changes))
 
 
 @check("after the newest checkpoint was damaged, the job rejected it and resumed from the previous good one")

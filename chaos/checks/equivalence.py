@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from chaos.checks.base import CheckContext, Verdict, check, short
+from chaos.checks.base import CheckContext, Verdict, check, no_reference, short
+from chaos.checks.replicas import split_of
 from chaos.history import History
 
 
@@ -30,7 +31,7 @@ def equivalent_to_reference(history: History, ctx: CheckContext) -> Verdict:
     name = "equivalent_to_reference"
     ref = ctx.reference
     if ref is None:
-        return Verdict(name, "unknown", "no reference run is available (run without --no-reference)")
+        return no_reference(name, ctx)
     if ref.world_size != ctx.world_size:
         return Verdict(name, "unknown", f"the reference ran at world size {ref.world_size}, this run at {ctx.world_size}")
     mine = final_digests(history)
@@ -38,11 +39,19 @@ def equivalent_to_reference(history: History, ctx: CheckContext) -> Verdict:
         return Verdict(name, "failed", "the job recorded no final parameters (it did not finish)")
     differ = {r: d for r, d in mine.items() if ref.final_digests.get(r) != d}
     missing = sorted(set(ref.final_digests) - set(mine))
-    if not differ and not missing:
-        d = next(iter(mine.values()))
-        return Verdict(name, "ok", f"final parameters of ranks {sorted(mine)} equal the reference bitwise "
-                       f"(digest {short(d)})")
+    split = split_of(history)  # replicas that disagree are wrong even when the reference drifted the same way
+    if not differ and not missing and split is None:
+        distinct = sorted(set(mine.values()))
+        # every rank's digest is compared; one is quoted when all are equal, else each (ranks of different
+        # replica groups, e.g. shards, may differ from each other)
+        digests = f"digest {short(distinct[0])}" if len(distinct) == 1 else \
+            "digests " + ", ".join(f"rank {r}: {short(d)}" for r, d in sorted(mine.items()))
+        return Verdict(name, "ok", f"final parameters of ranks {sorted(mine)} equal the reference bitwise ({digests})")
     parts = []
+    if split is not None:
+        ref_too = (" (and so did the reference's: the target drifts by itself, faults or not)"
+                   if len(set(ref.final_digests.values())) > 1 and not differ else "")
+        parts.append(split + ref_too)
     if differ:
         parts.append("final parameters differ from the reference on ranks " +
                      ", ".join(f"{r} ({short(d)} vs {short(ref.final_digests.get(r))})" for r, d in sorted(differ.items())))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.checks.base import CheckContext, Verdict, check
+from chaos.checks.base import CheckContext, Verdict, check, is_blackbox
 from chaos.history import Event, History
 
 DEFAULT_SLACK_S = 10.0
@@ -64,10 +64,13 @@ def silences(history: History) -> list[Silence]:
     spans = _pause_spans(history)
     exits = {(e.get("rank"), e.get("pid")): e for e in history.of("worker_exit")}
     run_end = history.first("run_end")
+    blackbox = is_blackbox(history)
     out = []
     for start in history.probe("start"):
         rank, pid = start["rank"], start["pid"]
         events = [e for e in history.of_pid(pid) if e["t"] >= start["t"] and e.get("rank") == rank]
+        if blackbox and not any(e["kind"].startswith("log_") for e in events):
+            continue  # a black-box worker that prints nothing (most log on rank 0 only): no silence to time
         end = exits.get((rank, pid)) or run_end
         if end is not None and end["t"] > events[-1]["t"]:
             events.append(end)
@@ -84,11 +87,50 @@ def silences(history: History) -> list[Silence]:
     return sorted(out, key=lambda s: -s.seconds)
 
 
+def after_where(history: History, pid: int | None, step: int | None, t: float) -> str:
+    """Where a silent worker had got to at time ``t``: ``after step 30``; for a black-box target (no step
+    events) ``after epoch 3`` (its last progress line), ``after its line '…'``, or ``before it printed
+    anything``; ``before its first step`` for a probe target that had made none."""
+    if step is not None:
+        return f"after step {step}"
+    box = (history.first("run_start") or {}).get("blackbox")
+    if not box:
+        return "before its first step"
+    lines = [e for e in history.of_pid(pid, "log_progress", "log_checkpoint_saved", "log_error") if e["t"] <= t] \
+        if pid is not None else []
+    progress = [e for e in lines if e["kind"] == "log_progress"]
+    if progress:
+        return f"after {box.get('counter') or 'step'} {progress[-1].get('progress')}"
+    if lines:
+        return f"after its line {str(lines[-1].get('line'))[:80]!r}"
+    return "before it printed anything"
+
+
 def _during(history: History, s: Silence) -> str:
     """`` during <fault>`` for the faults in force while ``s`` lasted (what the rank waited on)."""
     active = [f.get("description") for f, healed in history.fault_spans()
               if f["t"] <= s.end and healed >= s.start and f.get("fault") != "kill"]
     return f", during {'; '.join(str(a) for a in active)}" if active else ""
+
+
+def _gave_up(history: History, f: Event) -> dict[int, float]:
+    """rank → seconds from fault ``f`` to that rank's first failure after it (a probe ``exit`` with an
+    error, an error line a black-box worker printed, or the runner seeing a worker of a rank that was
+    running at the fault exit with an error code — not a signal: torchrun stopping the group is not a
+    rank giving up), for the ranks ``f`` did not itself hold."""
+    hit = set(f.get("ranks", []))
+    t = float(f["t"])
+    running = {e["pid"] for e in history.probe("start") if e["t"] < t}
+    out: dict[int, float] = {}
+    for e in history.events:
+        rank = e.get("rank")
+        if e["t"] <= t or rank is None or rank in hit or rank in out:
+            continue
+        if (e["kind"] == "exit" and e.get("source") != "runner" and e.get("status") == "error") \
+                or (e["kind"] == "log_error" and e.get("pid") in running) \
+                or (e["kind"] == "worker_exit" and e.get("pid") in running and (e.get("exit_code") or 0) > 0):
+            out[rank] = e["t"] - t
+    return out
 
 
 def _reactions(history: History) -> list[str]:
@@ -97,11 +139,7 @@ def _reactions(history: History) -> list[str]:
     for f in history.faults():
         if f.get("fault") not in CUTTING_FAULTS:
             continue
-        hit = set(f.get("ranks", []))
-        gave_up = {}
-        for e in history.probe("exit"):
-            if e["t"] > f["t"] and e.get("status") == "error" and e["rank"] not in hit and e["rank"] not in gave_up:
-                gave_up[e["rank"]] = e["t"] - f["t"]
+        gave_up = _gave_up(history, f)
         if gave_up:
             ranks = ", ".join(f"rank {r} gave up after {s:.1f} s" for r, s in sorted(gave_up.items()))
             out.append(f"after {f.get('description')}: {ranks}")
@@ -110,24 +148,45 @@ def _reactions(history: History) -> list[str]:
     return out
 
 
+def timeout_note(declared: float | None, recorded: dict[int, float]) -> str:
+    """``"; note: …"`` when the collective timeout the scenario declares (seconds) is not the one the
+    probe found the job to have (rank → seconds), else ``""``."""
+    if declared is None or not recorded:
+        return ""
+    differ = {r: t for r, t in recorded.items() if abs(t - float(declared)) > max(0.5, 0.01 * float(declared))}
+    if not differ:
+        return ""
+    have = ", ".join(f"{t:g} s" for t in sorted(set(differ.values())))
+    default = " (torch's default: the job passes no timeout to init_process_group)" if 1800.0 in differ.values() else ""
+    return (f"; note: the job's effective collective timeout is {have}{default}, recorded by the probe on rank(s) "
+            f"{sorted(differ)}, not the declared {float(declared):g} s: the job is held to the declared one; pass "
+            f"it to the job (init_process_group(timeout=timedelta(seconds=…)), e.g. from {{collective_timeout_s}}) "
+            "or remove target.collective_timeout_s to judge by the job's own")
+
+
 @check("no rank stays blocked longer than the collective timeout (+ slack) when a peer is paused or cut off",
        params={"timeout_s": float, "slack_s": float})
 def no_hang(history: History, ctx: CheckContext) -> Verdict:
     name = "no_hang"
-    bound = bound_s(ctx.params, ctx.collective_timeout_s)
+    declared = ctx.params.get("timeout_s", ctx.collective_timeout_s)
+    recorded = history.collective_timeouts()
+    effective = max(recorded.values()) if recorded else None
+    bound = bound_s(ctx.params, declared if declared is not None else effective)
     if bound is None:
         return Verdict(name, "unknown", "no collective timeout known: set target.collective_timeout_s or "
-                       "`no_hang: {timeout_s: N}`")
+                       "`no_hang: {timeout_s: N}` (a target with the probe records its job's own)")
     timeout = bound - float(ctx.params.get("slack_s", DEFAULT_SLACK_S))
-    what = f"the bound {bound:g} s (collective timeout {timeout:g} s + slack {bound - timeout:g} s)"
+    source = " — the job's own, recorded by the probe" if declared is None else ""
+    what = f"the bound {bound:g} s (collective timeout {timeout:g} s{source} + slack {bound - timeout:g} s)"
+    note = timeout_note(declared, recorded)
     hung = history.first("hang_detected")
     deadline = history.first("deadline_exceeded")
     stopped: Event | None = hung or (deadline if deadline and deadline.get("stuck_ranks") else None)
     if stopped is not None:
         if hung is not None:
             stuck = "; ".join(
-                f"rank {s['rank']} (node {s['node']}, pid {s['pid']}) silent {s['silent_s']:.1f} s after step "
-                f"{s.get('last_step')}"
+                f"rank {s['rank']} (node {s['node']}, pid {s['pid']}) silent {s['silent_s']:.1f} s "
+                f"{after_where(history, s['pid'], s.get('last_step'), hung['t'] - s['silent_s'])}"
                 + _during(history, Silence(s["rank"], s["pid"], hung["t"] - s["silent_s"], hung["t"], None, "hang"))
                 for s in hung.get("stuck", []))
             text = f"the job hung: {stuck} — past {what}; the run was stopped"
@@ -135,19 +194,21 @@ def no_hang(history: History, ctx: CheckContext) -> Verdict:
             text = f"the job was still blocked at the {stopped['deadline_s']:g} s deadline; stuck ranks " \
                    f"{stopped.get('stuck_ranks')}"
         reactions = [r for r in _reactions(history) if "gave up" in r]
-        return Verdict(name, "failed", text + (f"; {'; '.join(reactions)}" if reactions else ""), events=[stopped])
+        return Verdict(name, "failed", text + (f"; {'; '.join(reactions)}" if reactions else "") + note,
+                       events=[stopped])
     found = silences(history)
     over = [s for s in found if s.seconds > bound]
     if over:
         t0 = history.run_start() or 0.0
-        text = "; ".join(f"rank {s.rank} (pid {s.pid}) was silent {s.seconds:.1f} s after step {s.step} "
+        text = "; ".join(f"rank {s.rank} (pid {s.pid}) was silent {s.seconds:.1f} s "
+                         f"{after_where(history, s.pid, s.step, s.start)} "
                          f"(t={s.start - t0:.1f}..{s.end - t0:.1f} s, ended by {s.ended_by}){_during(history, s)}"
                          for s in over[:3])
         return Verdict(name, "failed", f"{text} — longer than {what}; with a real outage it would never have "
-                       "ended", value=round(over[0].seconds, 2), unit="s")
+                       "ended" + note, value=round(over[0].seconds, 2), unit="s")
     longest = found[0] if found else None
     reactions = _reactions(history)
     head = (f"longest silence {longest.seconds:.1f} s (rank {longest.rank}), within {what}" if longest
             else "no worker ran")
-    return Verdict(name, "ok", head + (f"; {'; '.join(reactions)}" if reactions else ""),
+    return Verdict(name, "ok", head + (f"; {'; '.join(reactions)}" if reactions else "") + note,
                    value=round(longest.seconds, 2) if longest else None, unit="s")

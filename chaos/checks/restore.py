@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from chaos.checks.base import CheckContext, Verdict, check, short
-from chaos.checks.restores import Restore, recovered_at, restores
+from chaos.checks.restores import Restore, recovered_at, restart_budget, restores
 from chaos.history import History
 
 
@@ -20,6 +20,18 @@ def _first_error(history: History, r: Restore) -> str:
                 if e.get("error"):
                     return str(e["error"])[:120]
     return "no error recorded"
+
+
+def _intact(r: Restore, loaded: dict) -> bool:
+    """True when what was loaded from a path whose last save was torn is the save before it, whole
+    (a kill before the rewrite wrote a byte, or an atomic rewrite): judged by what was loaded."""
+    return loaded.get("digest") is not None and loaded.get("digest") == r.saved_digests.get(loaded["path"])
+
+
+def _saved_digest(r: Restore, expected: dict, path: str) -> str | None:
+    """The digest ``path`` was last saved with before the rank restarted (a path rewritten every save,
+    e.g. ``snapshot.pt``, holds its newest save)."""
+    return expected.get("digest") if expected.get("path") == path else r.saved_digests.get(path, expected.get("digest"))
 
 
 def _rank_problems(r: Restore) -> tuple[list[str], list[dict]]:
@@ -63,7 +75,7 @@ def _rank_problems(r: Restore) -> tuple[list[str], list[dict]]:
                 "the job does not verify what it loads"
             )
             examples.append(loaded)
-        elif path in r.torn:
+        elif path in r.torn and not _intact(r, loaded):
             problems.append(
                 f"{who} loaded {path}, a torn checkpoint: its save at step {r.torn[path].get('step')} began "
                 f"but never completed before the fault"
@@ -78,10 +90,10 @@ def _rank_problems(r: Restore) -> tuple[list[str], list[dict]]:
                 f"step {expected['step']} ({_ckpt(expected['path'])})"
             )
             examples.append(loaded)
-        elif r.saved_digests.get(path, expected.get("digest")) not in (None, loaded.get("digest")):
+        elif _saved_digest(r, expected, path) not in (None, loaded.get("digest")):
             problems.append(
                 f"{who} loaded {_ckpt(path)} with digest {short(loaded.get('digest'))}, but it was saved with "
-                f"digest {short(r.saved_digests.get(path, expected.get('digest')))}: the file changed after its save"
+                f"digest {short(_saved_digest(r, expected, path))}: the file changed after its save"
             )
             examples.append(loaded)
         if rec.first_step is not None and rec.first_step["step"] != loaded["step"] + 1:
@@ -105,7 +117,9 @@ def restored_from_checkpoint(history: History, ctx: CheckContext) -> Verdict:
     oks: list[str] = []
     for r in rs:
         if not r.ranks:
-            problems.append(f"after {r.label()} no worker process started again: the job was not restarted")
+            budget = restart_budget(history)
+            problems.append(f"after {r.label()} no worker process started again: the job was not restarted"
+                            + (f" ({'; '.join(budget)})" if budget else ""))
             examples.append(r.fault)
             continue
         ps, ex = _rank_problems(r)
@@ -128,6 +142,9 @@ def restored_from_checkpoint(history: History, ctx: CheckContext) -> Verdict:
             else:
                 parts.append(f"ranks {ranks} loaded {_ckpt(path)} (step {loaded['step']}, digest "
                              f"{short(loaded.get('digest'))} = as saved) and resumed at step {loaded['step'] + 1}")
+                if path in r.torn:
+                    parts[-1] += (f" (the save of step {r.torn[path].get('step')} to the same path began but did not "
+                                  f"complete before the fault; the file still held the step-{loaded['step']} save)")
         oks.append(f"after {r.label()} " + "; ".join(parts) + note)
     if problems:
         return Verdict(name, "failed", "; ".join(problems), events=examples[:5])

@@ -51,16 +51,32 @@ class Restore:
         return text
 
 
+def stopped_by(history: History, fault: Event, until: float | None = None) -> list[int]:
+    """pids of the worker processes running when ``fault`` began (started before it, not ended before
+    it) that ended after it, before ``until``: a probe ``exit`` or the runner's ``worker_exit`` says so,
+    or a new process of the same rank started meanwhile (a restart replaced it); oldest first."""
+    t = float(fault.get("t_inject") or fault["t"])
+    ends = history.of("exit", "worker_exit")
+    ended_before = {e.get("pid") for e in ends if e["t"] < t}
+    running = {e["pid"]: e["rank"] for e in history.probe("start")
+               if e["t"] < t and e.get("pid") is not None and e["pid"] not in ended_before}
+    ended = {e.get("pid") for e in ends if e["t"] >= t and (until is None or e["t"] <= until)}
+    replaced = set(history.processes_started_after(t, until))
+    return [pid for pid, rank in running.items() if pid in ended or rank in replaced]
+
+
 def restores(history: History) -> list[Restore]:
     """One :class:`Restore` per killing fault, in time order."""
     either = [e for e in history.faults() if e.get("fault") in KILLING_FAULTS + DISRUPTING_FAULTS]
 
     def restarted_by(e: Event) -> bool:
-        """A disrupting fault counts if workers started after it, before the next killing or disrupting
-        fault: a restart is put down to the latest fault before it, not to a stall that the job rode
-        out before another fault crashed it (found by chaos explore --families disk)."""
+        """A disrupting fault counts if a worker running when it began ended after it and workers
+        started after it, before the next killing or disrupting fault: a restart is put down to the
+        latest fault before it, not to a stall that the job rode out before another fault crashed it
+        (found by chaos explore --families disk), and a fault that stopped no process (a slow disk
+        from t=0, before any worker ran) is judged only by the checks about it."""
         nxt = next((k["t"] for k in either if k["t"] > e["t"]), None)
-        return bool(history.processes_started_after(e["t"], nxt))
+        return bool(stopped_by(history, e, nxt)) and bool(history.processes_started_after(e["t"], nxt))
 
     kills = [e for e in history.faults() if e.get("fault") in KILLING_FAULTS or (
         e.get("fault") in DISRUPTING_FAULTS and restarted_by(e))]
@@ -70,7 +86,11 @@ def restores(history: History) -> list[Restore]:
         until = kills[i + 1]["t"] if i + 1 < len(kills) else None
         steps_before = [e["step"] for e in history.probe("step") if e["t"] < tk]
         damaged = {e.get("checkpoint"): e for e in history.faults() if e.get("fault") == "checkpoint" and e["t"] < tk}
-        all_saved = [e for e in history.probe("checkpoint_saved") if e["t"] < tk]
+        # what was on disk when the job restarted: a rank the fault did not stop (a peer of a paused or
+        # killed rank) may finish a save after the fault and before the restart; that save is whole
+        restarted = [s["t"] for ss in history.processes_started_after(tk, until).values() for s in ss]
+        cut = min(restarted) if restarted else tk
+        all_saved = [e for e in history.probe("checkpoint_saved") if e["t"] < cut]
         # a checkpoint damaged after its save is no longer durable
         saved = [e for e in all_saved if os.path.basename(e["path"]) not in damaged]
         last_saved: dict[str, float] = {}
@@ -78,8 +98,8 @@ def restores(history: History) -> list[Restore]:
             last_saved[e["path"]] = e["t"]
         torn: dict[str, Event] = {}
         for e in history.probe("checkpoint_save_begin"):
-            # torn: the latest save of that path began before the fault and did not complete before it
-            if e["t"] < tk and last_saved.get(e["path"], -1.0) < e["t"]:
+            # torn: the latest save of that path began before the restart and did not complete before it
+            if e["t"] < cut and last_saved.get(e["path"], -1.0) < e["t"]:
                 torn[e["path"]] = e
         r = Restore(
             fault=fault,
@@ -140,3 +160,31 @@ def recovered_at(history: History, restore: Restore) -> float | None:
             by_rank.setdefault(e["rank"], e["t"])
         return max(by_rank.values()) if len(by_rank) >= len(restore.ranks) else None
     return max(firsts)
+
+
+def restart_budget(history: History) -> list[str]:
+    """One note per torchrun agent that exited non-zero having spent its restart budget (the
+    highest ``restart`` count its workers reached equals ``backend.max_restarts``; torchrun counts
+    restarts per agent), naming how many faults of the schedule killed or restarted workers."""
+    start = history.first("run_start") or {}
+    budget = (start.get("backend") or {}).get("max_restarts")
+    if budget is None:
+        return []
+    used: dict[int, int] = {}
+    for e in history.probe("start"):
+        if e.get("node") is not None:
+            used[e["node"]] = max(used.get(e["node"], 0), int(e.get("restart") or 0))
+    failed = sorted({e["node"] for e in history.of("agent_exit") if e.get("exit_code") not in (0, None)
+                     and e.get("node") is not None})
+    faults = len(restores(history))
+    out = []
+    for node in failed:
+        if node in used and used[node] >= int(budget):
+            why = (f"{faults} fault(s) of the schedule killed or restarted workers, more than the budget: raise "
+                   f"max_restarts to at least {faults} or schedule fewer kills") if faults > int(budget) else (
+                   f"only {faults} fault(s) of the schedule killed or restarted workers: the restarted workers "
+                   f"failed on their own (see the first error)")
+            out.append(f"node {node}'s agent spent its restart budget: its workers were restarted {used[node]} "
+                       f"time(s) = backend.max_restarts={budget} (torchrun counts restarts per agent), and it gave "
+                       f"up at the next failure; {why}")
+    return out

@@ -30,6 +30,15 @@ stalled operation of a rule; its release, with ``duration_s``), ``disk_slow`` an
 (first slowed / failed operation of a rule, with op, path, errno), ``disk_counts`` (every
 :data:`COUNTS_EVERY_S` s while counts change), ``disk_rule_end`` (a rule removed, with its totals),
 ``disk_fs_exit``. Nothing is written for an operation no rule matches.
+
+Write holds (``hold`` rules, :mod:`chaos.disk.hold`): the write call that takes a matching file's
+write session past ``after_bytes`` bytes is cut there — its first part is written — and held;
+``disk_hold`` says so (path, ``bytes_written``, ``file_bytes``, ``mid_write``, caller). A session that
+ends (its close) with fewer bytes written holds its flush instead (``mid_write`` false: the file was
+complete). The hold ends (``disk_hold_end`` with ``reason`` and ``held_s``) when the caller has a signal
+pending or is gone (``killed``: the held write then returns the short count, so the file keeps exactly
+``bytes_written`` bytes of this session), when the rule is removed (``released``: the rest is written),
+after ``max_hold_s`` (``timeout``), or at shutdown.
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.disk.hold import Hold, WriteHolds
 from chaos.disk.rules import Decision, Rule, candidates, decide, loads_rules, parse_rank
 
 FSNAME = "chaos-disk"
@@ -67,6 +77,7 @@ STALL_RECHECK_S = 0.1  # a stalled operation re-checks its rules at least this o
 RANK_CACHE_S = 30.0  # how long a caller pid's RANK is remembered
 MAX_THREADS = 64
 SHUTDOWN_GRACE_S = 5.0  # after asking libfuse to exit: then unmount lazily and exit hard
+HOLD_POLL_S = 0.002  # a held write looks at its caller's pending signals this often
 
 log = logging.getLogger("chaos.disk.fs")
 
@@ -224,6 +235,8 @@ class Controller:
         self._ranks: dict[int, tuple[int | None, float]] = {}
         self._file_key: tuple[int, int, int] | None = None
         self._dirty = False
+        self.holds = WriteHolds()
+        self.holding = False  # a hold rule is in force (only then are write sessions followed)
 
     # --- rules -------------------------------------------------------------------------------
     def reload(self, force: bool = False) -> bool:
@@ -260,6 +273,8 @@ class Controller:
             removed = [s for r, s in old.items() if r not in new]
             self._stats = new
             self._rngs = {r: self._rngs.get(r) or random.Random(f"{self.seed}:{r.id}:{r.mode}") for r in rules}
+            self.holds.forget(rules)
+            self.holding = any(r.mode == "hold" for r in rules)
             for s in removed:
                 s.removed = True
                 if s.stall_begin is not None and s.blocked_now == 0 and not s.stall_ended:
@@ -415,6 +430,54 @@ class Controller:
             self.events.emit("disk_error", id=first_error.id, op=op, path=path, errno=first_error.errno, caller_pid=caller,
                              caller_rank=rank_of())
 
+    # --- write holds ---------------------------------------------------------------------------
+    def note_create(self, path: str) -> None:
+        """``path`` (absolute inside the mount) was created."""
+        with self.cond:
+            self.holds.on_create(path.lstrip("/"))
+
+    def note_rename(self, old: str, new: str) -> None:
+        with self.cond:
+            self.holds.on_rename(old.lstrip("/"), new.lstrip("/"))
+
+    def hold_write(self, path: str, offset: int, size: int) -> Hold | None:
+        """The hold to make in a write of ``size`` bytes at ``offset`` to ``path`` (absolute inside the
+        mount), if any (see :meth:`chaos.disk.hold.WriteHolds.before_write`)."""
+        with self.cond:
+            return self.holds.before_write(self.rules, path.lstrip("/"), offset, size)
+
+    def hold_flush(self, path: str) -> Hold | None:
+        with self.cond:
+            return self.holds.on_flush(self.rules, path.lstrip("/"))
+
+    def after_hold(self, hold: Hold, rest: int, offset: int) -> None:
+        with self.cond:
+            self.holds.after_hold(hold, rest, offset)
+
+    def hold(self, h: Hold, caller: int) -> str:
+        """Block the calling operation (made by pid ``caller``) at hold ``h`` until it ends; returns why:
+        ``killed`` (the caller has a signal pending or is gone), ``released`` (the rule was removed),
+        ``timeout`` (``max_hold_s``) or ``shutdown``."""
+        begin = time.time()
+        self.events.emit("disk_hold", **h.fields(), caller_pid=caller, caller_rank=self.rank_of(caller))
+        with self.cond:
+            while True:
+                if signalled(caller):
+                    reason = "killed"
+                elif h.rule not in self.rules:
+                    reason = "released"
+                elif self.exiting or self.session_exited():
+                    reason = "shutdown"
+                elif time.time() - begin >= h.rule.max_hold_s:
+                    reason = "timeout"
+                else:
+                    self.cond.wait(HOLD_POLL_S)
+                    continue
+                break
+        self.events.emit("disk_hold_end", id=h.rule.id, path=h.path, reason=reason, held_s=round(time.time() - begin, 6),
+                         bytes_written=h.bytes_written, caller_pid=caller)
+        return reason
+
     # --- the watcher -------------------------------------------------------------------------
     def watch(self, mountpoint: str) -> None:
         """The watcher thread: rules file, parent pid, periodic counters. Blocks the signals libfuse
@@ -477,6 +540,31 @@ class Controller:
     def final_counts(self) -> None:
         self._dirty = True
         self._emit_counts()
+
+
+# signals a kill fault sends whose pending state ends a hold even when the process handles them (a fatal
+# signal with the default action shows as SIGKILL pending: the kernel marks every thread so)
+ENDING_SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGABRT)
+
+
+def signalled(pid: int) -> bool:
+    """True when process (or thread) ``pid`` is gone, a zombie, or has one of :data:`ENDING_SIGNALS`
+    pending and not blocked (a SIGKILL sent to a process blocked in a FUSE call stays pending until the
+    call returns). Other pending signals (SIGCHLD, SIGALRM, ...) do not count."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+    except OSError:
+        return True
+    if fields.get("State", "").strip()[:1] in ("Z", "X"):
+        return True
+    try:
+        pending = int(fields.get("SigPnd", "0"), 16) | int(fields.get("ShdPnd", "0"), 16)
+        blocked = int(fields.get("SigBlk", "0"), 16)
+    except ValueError:
+        return False
+    wanted = sum(1 << (int(sig) - 1) for sig in ENDING_SIGNALS)
+    return bool(pending & ~blocked & wanted) or bool(pending & (1 << (int(signal.SIGKILL) - 1)))
 
 
 def _process_start(pid: int | None) -> float | None:
@@ -578,6 +666,8 @@ def _make_operations(source: str, ctl: Controller) -> Any:
             self._act("create", path)
             full = self._p(path)
             fd = os.open(full, (fi if fi is not None else os.O_WRONLY | os.O_TRUNC) | os.O_CREAT, mode)
+            if ctl.holding:
+                ctl.note_create(path)
             try:
                 self._own(full)
             except OSError:
@@ -590,7 +680,20 @@ def _make_operations(source: str, ctl: Controller) -> Any:
 
         def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
             self._act("write", path)
-            return os.pwrite(fh, data, offset)
+            hold = ctl.hold_write(path, offset, len(data)) if ctl.holding else None
+            if hold is None:
+                return os.pwrite(fh, data, offset)
+            cut = hold.cut or 0
+            done = os.pwrite(fh, data[:cut], offset) if cut else 0
+            if ctl.hold(hold, caller_pid()) == "killed":
+                if not done:
+                    raise mfusepy.FuseOSError(errno.EINTR)
+                return done  # a short write: the file keeps what was written before the hold
+            if done < len(data):
+                self._act("write", path)  # a fault the hold fired (a stall, an error) acts on the rest
+            rest = os.pwrite(fh, data[done:], offset + done) if done < len(data) else 0
+            ctl.after_hold(hold, rest, offset + done)
+            return done + rest
 
         def truncate(self, path: str, length: int, fh: int | None = None) -> int:
             self._act("truncate", path)
@@ -602,6 +705,9 @@ def _make_operations(source: str, ctl: Controller) -> Any:
 
         def flush(self, path: str, fh: int) -> int:
             self._act("flush", path)
+            hold = ctl.hold_flush(path) if ctl.holding else None
+            if hold is not None:
+                ctl.hold(hold, caller_pid())
             return 0
 
         def release(self, path: str, fh: int) -> int:
@@ -628,6 +734,8 @@ def _make_operations(source: str, ctl: Controller) -> Any:
         def rename(self, old: str, new: str) -> int:
             self._act("rename", old, new)
             os.rename(self._p(old), self._p(new))
+            if ctl.holding:
+                ctl.note_rename(old, new)
             return 0
 
         def unlink(self, path: str) -> int:

@@ -8,7 +8,9 @@ path inside the mount, optionally the rank of the calling process, and the fault
 to (several faults' rules coexist; each is removed by its id). For one operation, every rule that
 applies is combined by :func:`decide`: the operation first waits while any stall rule applies (and
 is decided again once released), then sleeps the sum of the latencies of the slow rules that fire,
-then fails with the errno of the first error rule that fires, else passes through.
+then fails with the errno of the first error rule that fires, else passes through. A ``hold`` rule is
+not decided here: it holds one write of a matching file after ``after_bytes`` bytes
+(:mod:`chaos.disk.hold`), so that a fault lands mid-write.
 
 The rules file the mount manager writes and the filesystem reads is JSON:
 ``{"generation": N, "rules": [rule, ...]}`` (:func:`dumps_rules`, :func:`loads_rules`).
@@ -28,7 +30,8 @@ OPS = ("open", "create", "read", "write", "fsync", "flush", "rename", "unlink", 
 """Operations a rule can act on. ``fsync`` covers fsync of a directory too; ``rename`` matches when
 either the old or the new path matches the glob."""
 
-MODES = ("stall", "slow", "error")
+MODES = ("stall", "slow", "error", "hold")
+CHANGES = {"created": ("created",), "modified": ("modified",), "any": ("created", "modified")}
 DEFAULT_OPS = frozenset({"write", "fsync"})
 
 
@@ -58,6 +61,14 @@ class Rule:
     sets it); a ``RANK`` set later inside the process is not seen."""
     until: float | None = None
     """Wall-clock end of the rule, unix time in s (default: until removed)."""
+    after_bytes: int = 1
+    """hold: hold the write once this many bytes of the file's write session are written, ≥ 1."""
+    nth: int = 1
+    """hold: the write session to hold (1 = the first matching one), ≥ 1."""
+    change: str = "any"
+    """hold: which sessions count: of a ``created`` file, of an existing one (``modified``), or ``any``."""
+    max_hold_s: float = 30.0
+    """hold: the longest a write is held if nobody releases it, s."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -83,8 +94,21 @@ class Rule:
             problems.append(f"rank={self.rank!r} must be a rank ≥ 0, or None for every caller")
         if self.until is not None and not isinstance(self.until, (int, float)):
             problems.append(f"until={self.until!r} must be a unix time in s, or None")
+        for name in ("after_bytes", "nth"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                problems.append(f"{name}={value!r} must be a whole number ≥ 1")
+        if self.change not in CHANGES:
+            problems.append(f"change={self.change!r} must be one of {', '.join(CHANGES)}")
+        if not isinstance(self.max_hold_s, (int, float)) or self.max_hold_s <= 0:
+            problems.append(f"max_hold_s={self.max_hold_s!r} must be > 0")
         if problems:
             raise ValueError("; ".join(problems))
+
+    @property
+    def change_kinds(self) -> tuple[str, ...]:
+        """hold: the session kinds (``created``, ``modified``) that count."""
+        return CHANGES[self.change]
 
     @property
     def errno_code(self) -> int:
@@ -110,12 +134,14 @@ class Rule:
             out["latency_ms"] = self.latency_ms
         if self.mode == "error":
             out["errno"] = self.errno
-        if self.mode != "stall":
+        if self.mode not in ("stall", "hold"):
             out["probability"] = self.probability
         if self.rank is not None:
             out["rank"] = self.rank
         if self.until is not None:
             out["until"] = self.until
+        if self.mode == "hold":
+            out.update(after_bytes=self.after_bytes, nth=self.nth, change=self.change, max_hold_s=self.max_hold_s)
         return out
 
     @classmethod
@@ -156,8 +182,9 @@ class Decision:
 
 
 def candidates(rules: Iterable[Rule], op: str, paths: Sequence[str], now: float) -> list[Rule]:
-    """The rules that act on ``op`` on ``paths`` at ``now``, before the rank filter and the dice."""
-    return [r for r in rules if r.applies(op, paths, now)]
+    """The rules that act on ``op`` on ``paths`` at ``now``, before the rank filter and the dice (hold
+    rules are not among them: :mod:`chaos.disk.hold` decides those)."""
+    return [r for r in rules if r.mode != "hold" and r.applies(op, paths, now)]
 
 
 def decide(rules: Iterable[Rule], op: str, paths: Sequence[str], now: float, rank_of: Callable[[], int | None],

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.text import Text
 
 if TYPE_CHECKING:
@@ -38,11 +39,11 @@ class ExploreDisplay:
         budget = (f"{explorer.max_examples} examples" if explorer.max_examples is not None else "")
         if explorer.max_minutes is not None:
             budget += (" or " if budget else "") + f"{explorer.max_minutes:g} min"
-        self.console.print(f"[bold]explore[/] {explorer.base.name}: seed {explorer.seed}, faults "
+        self.console.print(f"[bold]explore[/] {escape(explorer.base.name)}: seed {explorer.seed}, faults "
                            f"{', '.join(explorer.kinds)}, at most {explorer.max_faults} per schedule, budget {budget}, "
                            f"shrink ≤ {explorer.shrink_runs} runs; checks held: {', '.join(explorer.held)}")
         if explorer.reference_note:
-            self.console.print(f"  reference: {explorer.reference_note}", highlight=False)
+            self.console.print(f"  reference: {escape(explorer.reference_note)}", highlight=False)
         self._refresh()
 
     def example_started(self, example: Example) -> None:
@@ -62,7 +63,7 @@ class ExploreDisplay:
         else:
             outcome = "[green]ok[/]"
         self.console.print(f"  #{example.index:<3} {example.phase:<8} {example.seconds:5.1f}s  {outcome}  "
-                           f"[dim]{'; '.join(example.schedule.describe()) or 'no faults'}[/]", highlight=False)
+                           f"[dim]{escape('; '.join(example.schedule.describe()) or 'no faults')}[/]", highlight=False)
         self.current = None
         self._refresh()
 
@@ -91,19 +92,19 @@ def print_explore_result(console: Console, result: ExploreResult) -> None:
     or that nothing failed within the budget."""
     again = f", {result.repeats} drawn again and not rerun" if result.repeats else ""
     console.print(f"{result.runs} run(s) in {result.elapsed_s:.0f} s ({result.generated} generated{again}); "
-                  f"stopped: {result.stopped}", highlight=False)
+                  f"stopped: {escape(str(result.stopped))}", highlight=False)
     if result.minimal is None or result.minimal.result is None:
         console.print(f"[green]no failing schedule found[/] (seed {result.seed}); every held check passed or could "
                       "not tell in every run", highlight=False)
-        console.print(f"explore directory: {result.out_dir} (draw a run's report with `chaos report RUN_DIR`)",
+        console.print(f"explore directory: {escape(str(result.out_dir))} (draw a run's report with `chaos report RUN_DIR`)",
                       highlight=False)
         return
     console.print("[bold red]minimal failing schedule:[/]")
     for line in result.minimal.schedule.describe():
-        console.print(f"  - {line}", highlight=False)
+        console.print(f"  - {escape(line)}", highlight=False)
     for v in result.minimal.result.verdicts:
         if v.status != "ok":
-            console.print(f"  {v.check}: [red]{v.status.upper()}[/] — {v.explanation}", highlight=False)
-    console.print(f"failing run's report: {result.minimal.result.run_dir / 'report.html'}", highlight=False)
-    console.print(f"scenario written: {result.scenario_path}", highlight=False)
-    console.print(f"replay: [bold]{result.replay_command()}[/]", highlight=False)
+            console.print(f"  {v.check}: [red]{v.status.upper()}[/] — {escape(v.explanation)}", highlight=False)
+    console.print(f"failing run's report: {escape(str(result.minimal.result.run_dir / 'report.html'))}", highlight=False)
+    console.print(f"scenario written: {escape(str(result.scenario_path))}", highlight=False)
+    console.print(f"replay: [bold]{escape(str(result.replay_command()))}[/]", highlight=False)

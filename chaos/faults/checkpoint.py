@@ -1,14 +1,18 @@
 """The ``checkpoint`` fault: damage the newest checkpoint on disk between its save and the next load.
 
 ``corrupt`` flips every bit of the bytes at the given offsets (default: seven bytes at 1/8 … 7/8 of
-the largest file, so that one lands in the tensors' data) — what a bad disk, a torn page or a buggy
-copy leaves; ``truncate`` cuts the largest file to ``keep_bytes`` (default half);
+the largest file, so that one lands in the tensors' data; in a torch.distributed.checkpoint (DCP)
+shard ``__0_0.distcp``, the first byte of up to seven of its stored items, found from the checkpoint's
+``.metadata``: DCP keeps no checksums, so a flip inside a tensor's data loads silently, while a
+damaged item header fails ``dcp.load``) — what a bad disk, a torn page or a buggy copy leaves;
+``truncate`` cuts the largest file to ``keep_bytes`` (default half);
 ``delete-metadata`` removes the commit marker (``.metadata``) of a directory checkpoint, as a kill
 between the shard files and the marker does (awslabs/awsome-distributed-ai#190, pytorch/torchtitan#315).
 
 Checkpoints are found by the bundled target's layouts: directories ``step-<N>/`` (files plus
 ``.metadata``) and files ``ckpt-<N>.pt``; the newest is the highest step. For a black-box target,
-the newest is the most recently modified file matching ``target.blackbox.checkpoints``. When the checkpoint
+the newest is the most recently modified file or directory matching ``target.blackbox.checkpoints``
+(a directory's time is that of its newest file). When the checkpoint
 directory is a FUSE mount (disk faults), the damage is done in its backing directory, so no rule of
 a disk fault delays or fails the runner itself. Instant: there is nothing to heal.
 """
@@ -21,6 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from chaos.dcpcheck import is_dcp, item_offsets
 from chaos.errors import ChaosError
 from chaos.faults.base import FaultEnv, SpecFault
 from chaos.scenario import CheckpointFault
@@ -45,16 +50,26 @@ def newest_checkpoint(root: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
+def _mtime_ns(path: str) -> int:
+    """A file's modification time; a directory's is its newest file's (or its own, when empty)."""
+    if not os.path.isdir(path):
+        return os.stat(path).st_mtime_ns
+    times = [os.stat(os.path.join(path, n)).st_mtime_ns for n in os.listdir(path)]
+    return max(times, default=os.stat(path).st_mtime_ns)
+
+
 def newest_matching(env: FaultEnv) -> Path | None:
-    """A black-box target's most recently modified checkpoint file (read in the FUSE mount's backing
-    directory while there is one)."""
+    """A black-box target's most recently modified checkpoint file or directory (read in the FUSE
+    mount's backing directory while there is one)."""
     root, backing = str(env.checkpoint_dir), getattr(env.disk, "backing", None)
     found = []
     for pattern in env.checkpoint_globs:
         disk = str(backing) + pattern[len(root):] if backing and pattern.startswith(root + os.sep) else pattern
         for name in glob.glob(disk):
-            if os.path.isfile(name):
-                found.append((os.stat(name).st_mtime_ns, name))
+            try:
+                found.append((_mtime_ns(name), name))
+            except OSError:  # gone meanwhile
+                continue
     return Path(max(found)[1]) if found else None
 
 
@@ -65,7 +80,7 @@ def _newest(env: FaultEnv) -> Path | None:
 def _largest_file(ckpt: Path) -> Path:
     if ckpt.is_file():
         return ckpt
-    files = [p for p in ckpt.iterdir() if p.is_file() and p.name != METADATA]
+    files = [p for p in ckpt.iterdir() if p.is_file() and not p.name.startswith(METADATA)]
     if not files:
         raise ChaosError(f"checkpoint: {ckpt} holds no data file")
     return max(files, key=lambda p: p.stat().st_size)
@@ -101,6 +116,10 @@ class CheckpointDamage(SpecFault):
             os.truncate(target, keep)
             return {**done, "file": target.name, "bytes_before": size, "bytes_after": keep}
         default = [size * k // 8 for k in range(1, 8)]  # seven bytes spread over the file: one lands in the data
+        if ckpt.is_dir() and is_dcp(ckpt):
+            starts = [o for o in item_offsets(ckpt, target.name) if o < size]
+            if starts:  # DCP has no checksums: hit the items' headers, which dcp.load does read
+                default = starts if len(starts) <= 7 else [starts[len(starts) * k // 7] for k in range(7)]
         offsets = [o if o >= 0 else size + o for o in (self.spec.offsets or default)]
         bad = [o for o in offsets if not 0 <= o < size]
         if bad:

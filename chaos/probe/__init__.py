@@ -85,6 +85,7 @@ class Probe:
         self._exited = False
         self._last_step: int | None = None
         self._gates: dict[tuple[str, int], str] = {}
+        self._timeout_recorded = False
         self._file = None
         if not self.enabled:
             return
@@ -103,6 +104,10 @@ class Probe:
             argv=sys.argv,
         )
         atexit.register(self._atexit)
+        self._exit_code: Any = None  # what the target passed to sys.exit(), if it called it
+        self._sys_exit = sys.exit
+        if environ is None:  # the process's own probe (not one a test made from a dict)
+            sys.exit = self._record_sys_exit  # type: ignore[assignment]
         self._prev_excepthook = sys.excepthook
         sys.excepthook = self._excepthook
 
@@ -179,9 +184,31 @@ class Probe:
         if not self.enabled:
             return
         self._last_step = step
+        if not self._timeout_recorded:
+            self._record_collective_timeout()
         if params is not None:
             fields["digest"] = param_digest(params)
         self.emit("step", step=step, loss=loss, **fields)
+
+    def _record_collective_timeout(self) -> None:
+        """Once, at the first step: record the default process group's effective collective timeout
+        (``collective_timeout`` event, ``timeout_s`` in seconds; torch's default is 1800 s when the job
+        passes none to ``init_process_group``). Nothing when torch.distributed is not initialized."""
+        self._timeout_recorded = True
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is None or not dist.is_available() or not dist.is_initialized():
+                return
+            import torch
+
+            group = dist.distributed_c10d._get_default_group()
+            for device in sorted(group._device_types, key=lambda d: d.type != "cuda"):
+                timeout = group._get_backend(torch.device(device.type)).options._timeout
+                self.emit("collective_timeout", timeout_s=timeout.total_seconds(), backend=str(dist.get_backend()),
+                          device=device.type)
+                return
+        except Exception as exc:  # a torch without these internals: say nothing rather than break the job
+            self.emit("collective_timeout", timeout_s=None, error=f"{type(exc).__name__}: {exc}"[:200])
 
     def checkpoint_save_begin(self, step: int, path: str, **fields: Any) -> None:
         """A save of the state after ``step`` to ``path`` has begun."""
@@ -208,8 +235,9 @@ class Probe:
         self.emit("checkpoint_load_failed", path=path, error=error, **fields)
 
     def exit(self, status: str = "ok", **fields: Any) -> None:
-        """Record the process's end: ``status`` is ``ok`` (the target says it finished), ``error``
-        (an uncaught exception) or ``exited`` (the interpreter exited without saying). Once only."""
+        """Record the process's end: ``status`` is ``ok`` (the target says it finished; also recorded,
+        with ``said: false``, when the interpreter exits cleanly without this call), ``error`` (an
+        uncaught exception) or ``exited`` (``sys.exit(n)`` with n ≠ 0, as ``exit_code``). Once only."""
         if not self.enabled or self._exited:
             return
         self._exited = True
@@ -217,9 +245,19 @@ class Probe:
         if self._file is not None:
             self._file.flush()
 
+    def _record_sys_exit(self, code: Any = None) -> None:
+        if threading.current_thread() is threading.main_thread():  # elsewhere it ends a thread, not the process
+            self._exit_code = code
+        self._sys_exit(code)
+
     def _atexit(self) -> None:
-        # reached when the interpreter exits without the target calling exit(): clean or sys.exit(n)
-        self.exit("exited")
+        # reached when the interpreter exits without the target calling exit() (an uncaught exception
+        # has recorded "error" already): a script that returned, or called sys.exit(0), ended cleanly
+        # ("ok", said=False); sys.exit(n) with another n is "exited" with that exit_code
+        if self._exit_code in (None, 0):
+            self.exit("ok", said=False)
+        else:
+            self.exit("exited", exit_code=self._exit_code if isinstance(self._exit_code, int) else 1)
 
     def _excepthook(self, exc_type: Any, exc: BaseException, tb: Any) -> None:
         self.exit("error", error=f"{exc_type.__name__}: {exc}"[:2000])

@@ -42,6 +42,14 @@ MARKER_STYLE: dict[str, tuple[str, str, float, str]] = {
 
 def draw(tl: D.Timeline, verdicts: Sequence[Verdict], path: Path) -> Path:
     """Write the timeline of ``tl`` with ``verdicts`` under it to ``path`` (PNG, ~1300 px wide); returns ``path``."""
+    import matplotlib
+
+    # job text (explanations, paths, log lines) is drawn as it is: "$x$" is not mathtext
+    with matplotlib.rc_context({"text.parse_math": False}):
+        return _draw(tl, verdicts, path)
+
+
+def _draw(tl: D.Timeline, verdicts: Sequence[Verdict], path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -31,7 +31,7 @@ def of(result: RunResult, kind: str, **fields: object) -> list[dict]:
 def test_atomic_tutorial_resumes_after_a_kill_on_its_log_line_and_says_what_it_cannot_tell(chaos_run) -> None:
     result = chaos_run(SCENARIOS / "blackbox-tutorial.yaml", overrides={"checks": [
         "completes", "restored_from_checkpoint", "progress_lost", "recovery_time", "checkpoint_loadable",
-        "equivalent_to_reference", "sdc_detected"]})
+        "equivalent_to_reference", "sdc_detected", "replicas_agree"]})
     for name in ("faults_fired", "completes", "restored_from_checkpoint", "progress_lost", "recovery_time",
                  "checkpoint_loadable"):
         assert result.verdict(name).ok, f"{name}: {result.verdict(name).explanation}"
@@ -42,7 +42,11 @@ def test_atomic_tutorial_resumes_after_a_kill_on_its_log_line_and_says_what_it_c
     assert result.verdict("equivalent_to_reference").status == "unknown"
     assert "no parameter digests" in result.verdict("equivalent_to_reference").explanation
     assert result.verdict("sdc_detected").status == "unknown"
-    assert result.exit_code == 1 and "no reference for a black-box target" in result.reference_note
+    assert result.verdict("replicas_agree").status == "unknown"
+    assert "black-box target reports no parameter digests" in result.verdict("replicas_agree").explanation
+    # nothing failed: exit 0 (only unknowns); --strict counts them (issue 12, item 17e)
+    assert result.exit_code == 0 and result.exit_code_for(strict=True) == 1
+    assert "no reference for a black-box target" in result.reference_note
     # the log-line trigger fired on rank 0's line saying the epoch-1 snapshot was saved, and before the next save
     (fault,) = of(result, "fault_inject")
     assert fault["matched"]["line"] == "Epoch 1 | Training snapshot saved at snapshot.pt"

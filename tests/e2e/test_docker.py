@@ -320,3 +320,38 @@ def test_preflight_without_an_engine_names_the_fix(tmp_path: Path, monkeypatch: 
     assert f"no Docker engine answers at unix://{dead}" in str(info.value)
     assert "install docker.io and start dockerd" in str(info.value)
     b.teardown()  # never raises, even with no engine
+
+
+@needs_docker
+def test_a_sixty_character_scenario_name_runs_on_docker_reference_included(chaos_run, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12, item 9: names of 38+ characters were reported to fail every docker run with a
+    DistNetworkError connecting to node 0 (and "-reference" makes the reference's longer still)."""
+    monkeypatch.setenv("CHAOS_CACHE_DIR", str(tmp_path / "cache"))  # the reference runs now, on docker
+    name = "kill-worker-docker-with-a-scenario-name-of-sixty-characters-"[:60]
+    assert len(name) == 60
+    result = chaos_run(SCENARIOS / "kill-worker-docker.yaml", overrides={
+        "name": name, "target": {"steps": 30}, "schedule": [], "checks": ["completes", "equivalent_to_reference"]})
+    result.assert_ok()
+    assert result.reference is not None and result.reference_note.startswith("reference "), result.reference_note
+    assert Path(result.reference.run_dir).name.startswith(f"{name}-reference-")
+    assert "equal the reference bitwise" in result.verdict("equivalent_to_reference").explanation
+    assert all(len(e["container"]) <= 20 for e in agent_starts(result))  # container names stay short
+    # the cause: Docker's DNS answers a peer's reverse lookup with <container>.<network>, and fails it after
+    # 10 s when the network's name is not a DNS label (> 63 characters); c10d looks up every store client
+    for run_dir in (result.run_dir, Path(result.reference.run_dir)):
+        lines = (run_dir / "runner.jsonl").read_text().splitlines()
+        (net,) = [e for e in map(json.loads, lines) if e["kind"] == "docker_network"]
+        assert len(net["name"]) <= 63 and net["name"].startswith("chaos-kill-worker-docker-with-"), net["name"]
+        for log in (run_dir / "logs").glob("agent-node*.log"):
+            assert "hostname of the client socket cannot be retrieved" not in log.read_text(), log
+    assert_nothing_left(result.run_dir, result.run_id)
+
+
+def test_network_names_are_dns_labels_whatever_the_run_id() -> None:
+    short = "kill-worker-20261201-124245-2ebe3e05"
+    assert network_name(short) == f"chaos-{short}"
+    long_ids = [f"{'n' * 60}-reference-20261201-124245-2ebe3e0{i}" for i in range(2)]
+    names = [network_name(r) for r in long_ids]
+    assert all(len(n) == 63 and n.startswith("chaos-nnnn") for n in names) and names[0] != names[1]
+    assert network_name("a b/c") == "chaos-a-b-c"

@@ -126,7 +126,7 @@ def test_junit_has_one_suite_per_run_and_a_failure_per_failed_or_unknown_check(t
     ok = rejudge(make_run_dir(tmp_path / "a", kill_run()))
     edited = [e for e in kill_run() if e["kind"] not in ("checkpoint_load_begin", "checkpoint_loaded")]
     bad = rejudge(make_run_dir(tmp_path / "b", edited, reference=False))
-    root = junit_xml([ok, bad]).getroot()
+    root = junit_xml([ok, bad], strict=True).getroot()
     suites = root.findall("testsuite")
     assert [s.get("tests") for s in suites] == ["5", "5"]
     assert suites[0].get("failures") == "0" and not suites[0].findall(".//failure")
@@ -135,6 +135,27 @@ def test_junit_has_one_suite_per_run_and_a_failure_per_failed_or_unknown_check(t
     assert failures["restored_from_checkpoint"].get("type") == "failed"
     assert failures["equivalent_to_reference"].get("type") == "unknown"  # unknown is not a pass
     assert root.get("failures") == suites[1].get("failures") == "2"
+
+
+def test_junit_marks_unknown_skipped_with_its_reason_unless_strict(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHAOS_CACHE_DIR", str(tmp_path / "cache"))
+    edited = [e for e in kill_run() if e["kind"] not in ("checkpoint_load_begin", "checkpoint_loaded")]
+    bad = rejudge(make_run_dir(tmp_path / "b", edited, reference=False))
+    suite = junit_xml([bad]).getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == "1" and suite.get("skipped") == "1"
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    skipped = cases["equivalent_to_reference"].find("skipped")
+    assert skipped is not None and cases["equivalent_to_reference"].find("failure") is None
+    assert skipped.get("message") == "UNKNOWN: " + bad.verdict("equivalent_to_reference").explanation
+    assert cases["restored_from_checkpoint"].find("failure") is not None
+    assert bad.exit_code == 1  # a failed check
+    only_unknown = rejudge(make_run_dir(tmp_path / "c", kill_run(), reference=False))
+    assert [v.status for v in only_unknown.verdicts if not v.ok] == ["unknown"]
+    assert only_unknown.exit_code == 0 and only_unknown.exit_code_for(strict=True) == 1
+    with pytest.raises(AssertionError):
+        only_unknown.assert_ok()  # assert_ok() keeps its rule: every check ok (= --strict)
+    only_unknown.assert_ok(allow_unknown=True)
 
 
 def chaos_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -154,6 +175,11 @@ def test_chaos_report_exit_codes_json_and_junit(tmp_path: Path) -> None:
     (run_dir / "journal.jsonl").write_text("\n".join(lines) + "\n")
     out = chaos_cli("report", str(run_dir))
     assert out.returncode == 1 and "FAILED" in out.stdout
+    no_ref = make_run_dir(tmp_path / "u", kill_run(), reference=False)  # only equivalent_to_reference unknown
+    out = chaos_cli("report", str(no_ref))
+    assert out.returncode == 0 and "1 unknown (not a failure; --strict counts it)" in out.stdout, out.stdout
+    out = chaos_cli("report", str(no_ref), "--strict")
+    assert out.returncode == 1 and "counted as failed: --strict" in out.stdout, out.stdout
 
 
 def test_chaos_report_on_a_bad_directory_exits_2_naming_it(tmp_path: Path) -> None:

@@ -1,11 +1,19 @@
 """``completes`` for a black-box target: every agent exited 0 before the deadline and, when
-``target.steps`` is set, the progress counter reached it."""
+``target.steps`` is set, the progress counter reached it on every rank that prints progress."""
 
 from __future__ import annotations
 
-from chaos.blackbox.checks.view import describe_progress, errors, fault_t, last_progress, unit, variant
+from chaos.blackbox.checks.view import (
+    describe_progress,
+    errors,
+    fault_t,
+    last_progress,
+    printing_ranks,
+    unit,
+    variant,
+)
 from chaos.checks.base import CheckContext, Verdict
-from chaos.checks.completion import _crashed_agent_exits, _log_tails
+from chaos.checks.completion import _crashed_agent_exits, _first_log_error, _log_tails
 from chaos.history import History
 
 
@@ -31,14 +39,18 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
     if bad:
         codes = ", ".join(f"node {e['node']} exited {e['exit_code']}" for e in bad)
         after = max((fault_t(f) for f in history.faults()), default=0.0)
-        parts = [f"torchrun agent failed: {codes}; {where}", *errors(history, after), *_log_tails(history)]
+        errs = errors(history, after) or errors(history, 0.0)
+        parts = [f"torchrun agent failed: {codes}; {where}", *_first_log_error(history, after, errs), *errs,
+                 *_log_tails(history)]
         return Verdict(name, "failed", "; ".join(dict.fromkeys(parts)), events=bad[:3])
     starts = history.probe("start")
     world = int(starts[-1].get("world_size") or ctx.world_size) if starts else ctx.world_size
     reached = last_progress(history)
     word = unit(history)
+    printing = printing_ranks(history)
     if ctx.steps is not None and reached:
-        short = {r: reached.get(r) for r in range(world) if reached.get(r) != ctx.steps}
+        # only the ranks that print progress (most trainers log on rank 0 only) are required to reach it
+        short = {r: reached.get(r) for r in range(world) if r in printing and reached.get(r) != ctx.steps}
         if short:
             what = ", ".join(f"rank {r}: {'nothing' if v is None else f'{word} {v}'}" for r, v in sorted(short.items()))
             return Verdict(name, "failed", f"agents exited 0 but the last {word} printed was not target.steps="

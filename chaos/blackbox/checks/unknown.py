@@ -17,7 +17,6 @@ WHY = {
     "fell_back": "a black-box target does not say which checkpoint it loaded or rejected (restored_from_checkpoint "
                  f"says where its counter resumed); {PROBE}",
     "regrouped": f"a black-box target does not say when it loaded a checkpoint at a new world size; {PROBE}",
-    "step_time": "a black-box target's output lines do not time its steps; " + PROBE,
 }
 
 
