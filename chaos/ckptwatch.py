@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,6 @@ class CheckpointWatcher:
         self.log = log
         self.saved: dict[str, Event] = {}  # path → its checkpoint_saved event
         self._latest: str | None = None
-        warm()  # DCP's reader, before the job starts: imported mid-run it would hold the runner ~2 s
 
     def _disk(self, path: str) -> Path:
         p = Path(path)
@@ -116,12 +116,26 @@ class CheckpointWatcher:
 
     def _record(self, when: str, path: str, step: Any, why: str | None) -> Event:
         fmt = {"format": "dcp"} if is_dcp(self._disk(path)) else {}  # read with DCP's reader and dcp.load
+        gone = {"gone": True} if why is not None and self._vanishes(path) else {}  # rotated away? (the check says)
         return self.log.record("checkpoint_verified", when=when, path=path, step=step, ok=why is None,
-                               **fmt, **({"reason": why} if why else {}))
+                               **fmt, **gone, **({"reason": why} if why else {}))
+
+    def _vanishes(self, path: str, wait_s: float = 0.5) -> bool:
+        """Whether ``path`` is gone, or goes within ``wait_s``, after its verification failed: a job that
+        keeps its last N checkpoints deletes the oldest as it saves a new one, and the runner's verification
+        can lag behind the job (``checkpoint_durable`` tells that from a save that never landed)."""
+        deadline = time.monotonic() + wait_s
+        while self._disk(path).exists():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def observe(self, event: Event) -> Event | None:
         """Verify on ``checkpoint_saved`` and ``checkpoint_load_begin``; returns the event recorded."""
         kind = event.get("kind")
+        if kind == "checkpoint_save_begin" and event.get("path") and not Path(event["path"]).suffix:
+            warm()  # a directory checkpoint may be DCP: import its reader while the save runs, not after it
         if kind == "checkpoint_saved" and event.get("path"):
             self.saved[event["path"]] = event
             return self._record("saved", event["path"], event.get("step"),

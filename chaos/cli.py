@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from chaos.derive import apply_sets, derive_scenario
     from chaos.loader import load_scenario
+    from chaos.notes import run_notes
     from chaos.progress import LiveProgress
     from chaos.report import print_result
     from chaos.runner import preflight, run_scenario
@@ -149,13 +150,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(f"[bold]{escape(scenario.name)}[/]" + (f": {escape(scenario.description)}" if scenario.description else ""))
     for entry in scenario.schedule:
         console.print(f"  schedule: {escape(entry.describe())}")
-    for dropped in scenario.target.dropped_options():  # what chaos replaces in the user's command, said once
-        console.print(f"  note: {escape(dropped)}")
-    if scenario.target.cwd != "run":
-        console.print(f"  note: workers run in {escape(str(scenario.work_dir(Path('/'))))} (target.cwd); what the job "
-                      "writes there stays after the run")
-    if scenario.target.python is not None:
-        console.print(f"  note: workers run {escape(scenario.python_exe)} (target.python)")
+    for note in run_notes(scenario):  # dropped command options, cwd, interpreter, leftover checkpoints
+        console.print(f"  note: {escape(note)}")
     with LiveProgress(console, scenario.target.steps, scenario.world_size) as live:
         result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference, observer=live)
     _write_junit(args, result)

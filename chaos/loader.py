@@ -17,6 +17,7 @@ from chaos.blackbox.spec import MISSING_HINTS
 from chaos.blackbox.validate import blackbox_problems
 from chaos.errors import ScenarioError
 from chaos.scenario import ARG_PLACEHOLDERS, NETWORK_FAULTS, Scenario
+from chaos.schema import suggestion
 from chaos.target_env import target_env_problems
 
 FAULT_NAMES = ("kill", "gradient", "parameter", "pause", "node-crash", "node-restart", *NETWORK_FAULTS, "disk",
@@ -226,8 +227,9 @@ def _describe(err: Any, node: Any, data: Any) -> str:
         return f"{where}{field} is missing; add it{MISSING_HINTS.get(field, '')}"
     if kind == "extra_forbidden":
         parent = clean[:-1]
+        near = suggestion([str(k) for k in clean])
         return (f"{where}{field} is not a field{(' of ' + _fmt_loc(parent)) if parent else ''}; "
-                f"remove it or fix its spelling")
+                + (f"did you mean {near.rsplit('.', 1)[-1]!r}? " if near else "") + "remove it or fix its spelling")
     if kind == "literal_error":
         return f"{where}{field}={value!r} must be {err['ctx']['expected']}; use one of those instead"
     if kind == "value_error":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from typing import Any
 
 from rich.console import Console
@@ -11,11 +13,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from chaos.history import Event
 
+# a line is held this long (wall seconds) before it is printed, so that lines reach the terminal in the
+# order of their events' times: the runner reads the probe's and the observer's events a tick late
+HOLD_S = 0.3
+
 
 class LiveProgress:
     """An observer for :func:`chaos.runner.run_scenario` that draws one bar per rank.
 
-    Use as a context manager; call the instance with each event.
+    Use as a context manager; call the instance with each event. Lines are printed in time order: each
+    is held :data:`HOLD_S` seconds (of the wall clock), then printed with the earlier ones held, sorted
+    by their events' times; leaving the context prints what is still held.
     """
 
     def __init__(self, console: Console, steps: int | None, world_size: int) -> None:
@@ -32,17 +40,47 @@ class LiveProgress:
         self.tasks: dict[int, Any] = {}
         self.t0: float | None = None
         self.in_reference = False
+        self._held: list[tuple[float, int, float, str]] = []  # (event time, arrival order, arrived at, line)
+        self._arrivals = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, name="chaos-live-lines", daemon=True)
 
     def __enter__(self) -> LiveProgress:
         self.progress.start()
+        self._flusher.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._flusher.is_alive():
+            self._flusher.join(timeout=2)
+        self.flush(everything=True)
         self.progress.stop()
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(HOLD_S / 3):
+            self.flush()
 
     def _say(self, t: float, text: str) -> None:
         rel = f"{t - self.t0:6.2f}s" if self.t0 is not None else "       "
-        self.progress.console.print(f"[dim]{rel}[/] {text}")
+        with self._lock:
+            self._arrivals += 1
+            self._held.append((t, self._arrivals, time.monotonic(), f"[dim]{rel}[/] {text}"))
+
+    def flush(self, everything: bool = False) -> None:
+        """Print the held lines that have waited :data:`HOLD_S` (all of them with ``everything``), with any
+        held line of an earlier event time, in time order."""
+        with self._lock:
+            now = time.monotonic()
+            due = [h for h in self._held if everything or now - h[2] >= HOLD_S]
+            if not due:
+                return
+            upto = max(h[0] for h in due)
+            out = sorted((h for h in self._held if h[0] <= upto), key=lambda h: (h[0], h[1]))
+            self._held = [h for h in self._held if h[0] > upto]
+            for h in out:
+                self.progress.console.print(h[3])
 
     def _task(self, rank: int) -> Any:
         if rank not in self.tasks:

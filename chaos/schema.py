@@ -12,6 +12,7 @@ import copy
 import difflib
 import functools
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,3 +227,11 @@ def field_problem(keys: list[str]) -> str | None:
                     "field")
         nodes = nxt
     return None
+
+
+def suggestion(keys: list[str]) -> str | None:
+    """The dotted field a misspelt ``keys`` (e.g. ``["target", "checkpoint_evry"]``) most likely means
+    (``"target.checkpoint_every"``), or None."""
+    problem = field_problem(keys)
+    found = re.search(r"did you mean (\S+)\? ", problem or "")
+    return found.group(1) if found else None

@@ -13,6 +13,10 @@ discards a result if the file changed while it was being tested.
 A pattern may match directories too (a torch.distributed.checkpoint ``step-N/``): a directory is one
 checkpoint, whose size is the sum of its files', whose time is its newest file's, and which changes
 when any of its files does.
+
+:func:`open_for_writing` lists the checkpoint files (or their ``<name>.*`` temporary files, or files in
+a checkpoint directory) a worker process has open for writing, from ``/proc/<pid>/fd``: the observer's
+way to see which ranks write a file, and two that write one at once.
 """
 
 from __future__ import annotations
@@ -214,3 +218,49 @@ class LoadTester:
         self._todo.put(None)
         self._thread.join(timeout_s)
         return self.results()
+
+
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR  # an fd open with either can write
+
+
+def _watched(path: str, patterns: list[str]) -> bool:
+    """True if ``path`` is a checkpoint file of ``patterns``: it matches one, is its temporary file
+    (``<match>.<anything>``, e.g. ``snapshot.pt.tmp``; not ``<match>.lock``, which every rank of a job that
+    takes a file lock holds open at once), or lies in a checkpoint directory that matches."""
+    for pattern in patterns:
+        if fnmatch.fnmatchcase(path, pattern) or (fnmatch.fnmatchcase(path, pattern + ".*")
+                                                  and not path.endswith(".lock")):
+            return True
+        parent = os.path.dirname(path)
+        while parent and parent != os.path.dirname(parent):
+            if fnmatch.fnmatchcase(parent, pattern):
+                return True
+            parent = os.path.dirname(parent)
+    return False
+
+
+def open_for_writing(pid: int, patterns: list[str], proc: str = "/proc") -> list[str] | None:
+    """The checkpoint files (see :func:`_watched`; absolute paths as the process sees them) that process
+    ``pid`` has open for writing now, read from ``/proc/<pid>/fd`` and the flags in ``/proc/<pid>/fdinfo``
+    (``O_WRONLY`` or ``O_RDWR``). None if the process is gone or its fds cannot be read (another user's)."""
+    base = f"{proc}/{pid}"
+    out: list[str] = []
+    try:
+        fds = os.listdir(f"{base}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            target = os.readlink(f"{base}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if not target.startswith("/") or not _watched(target, patterns):
+            continue
+        try:
+            with open(f"{base}/fdinfo/{fd}") as f:
+                flags = next((int(line.split()[1], 8) for line in f if line.startswith("flags:")), 0)
+        except (OSError, ValueError, IndexError):
+            continue
+        if flags & WRITE_FLAGS and target not in out:
+            out.append(target)
+    return out

@@ -15,6 +15,9 @@ Recorded in the journal, with ``source: "blackbox"`` (target-side facts, seen fr
 - ``checkpoint_checked`` — a loadable test of a checkpoint file: ``when`` (``settled`` after a change,
   ``fault`` right after a fault that killed a process, ``end``), ``ok`` (true / false / null = could not
   tell), ``reason``, ``bytes``, ``since_change_s`` (how long the file had been still when tested)
+- ``checkpoint_writers`` — the workers holding one checkpoint file (or its temporary ``<name>.*`` file)
+  open for writing changed, seen in one tick: ``path`` (as the job opened it), ``ranks``, ``pids``,
+  ``nodes``, ``restarts`` (one entry per worker; two ranks: two writers at once)
 
 ``log_line`` events (every line, with rank and text) are handed to the nemesis for ``on_log`` triggers
 and not recorded.
@@ -33,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends.base import Backend
-from chaos.blackbox.files import Change, FileWatch, LoadTester, disk_settle_s
+from chaos.blackbox.files import Change, FileWatch, LoadTester, disk_settle_s, open_for_writing
 from chaos.blackbox.loadable import cross_check, load_test
 from chaos.blackbox.logs import MAX_LINE, Line, LineParser, LogTail, is_error
 from chaos.blackbox.spec import BlackboxSpec, resolve_pattern
@@ -98,6 +101,8 @@ class Observer:
         self._boot_fix = boot_time_error()
         self._next_scan = 0.0
         self._next_orphans = time.time() + ORPHANS_EVERY_S
+        self._writing: dict[str, tuple[SeenWorker, ...]] = {}  # path → the workers holding it open for writing
+        self._gone: set[int] = set()  # host pids of workers that have exited
 
     def _agents(self) -> dict[int, int]:
         pids = {node: self.backend.agent_pid(node) for node in range(self.nodes)}
@@ -157,6 +162,28 @@ class Observer:
     def _checked(self, result: dict[str, Any]) -> Event:
         return self._record("checkpoint_checked", **result)
 
+    def _writers(self, now: float) -> list[Event]:
+        """A ``checkpoint_writers`` event for each file whose writing workers changed since the last tick."""
+        current: dict[str, list[SeenWorker]] = {}
+        for host_pid, w in list(self.scan.seen.items()):
+            if host_pid in self._gone:
+                continue
+            paths = open_for_writing(host_pid, self.patterns)
+            if paths is None:
+                self._gone.add(host_pid)
+                continue
+            for path in paths:
+                current.setdefault(path, []).append(w)
+        out = []
+        for path, workers in current.items():
+            held = tuple(sorted(workers, key=lambda w: (w.rank, w.pid)))
+            if self._writing.get(path) != held:
+                out.append(self._record("checkpoint_writers", t=now, path=path, ranks=[w.rank for w in held],
+                                        pids=[w.pid for w in held], nodes=[w.node for w in held],
+                                        restarts=[w.restart for w in held]))
+        self._writing = {path: tuple(sorted(ws, key=lambda w: (w.rank, w.pid))) for path, ws in current.items()}
+        return out
+
     def _test(self, path: str, when: str, **fields: Any) -> None:
         since = self.files.since_change_s(path)
         self.tester.submit(path, when=when, since_change_s=None if since is None else round(since, 3), **fields)
@@ -176,6 +203,7 @@ class Observer:
         for line in self.tail.poll(now=now):
             out += self._line(line)
         out += [self._changed(c) for c in self.files.poll(now)]
+        out += self._writers(now)
         for path in self.files.due(now):
             self._test(path, "settled")
         out += [self._checked(r) for r in self.tester.results()]

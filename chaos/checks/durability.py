@@ -14,11 +14,23 @@ from __future__ import annotations
 import os
 
 from chaos.checks.base import CheckContext, Verdict, check
-from chaos.history import History
+from chaos.history import Event, History
 
 
 def _name(path: str | None) -> str:
     return os.path.basename(path or "?")
+
+
+def _rotated_away(history: History, verified: Event) -> bool:
+    """A failed verification of a checkpoint the job removed while it was being verified, after saving a
+    newer one (a job that keeps its last N deletes the oldest; the runner's verification can lag): the
+    path went (``gone``), and another path was reported saved after this one's save, before the verification."""
+    if verified.get("ok") or not verified.get("gone"):
+        return False
+    path, t = verified["path"], verified["t"]
+    saves = [e for e in history.probe("checkpoint_saved") if e["t"] <= t]
+    mine = [e["t"] for e in saves if e.get("path") == path]
+    return bool(mine) and any(e["t"] > max(mine) and e.get("path") != path for e in saves)
 
 
 @check("every checkpoint the job reported as saved is complete, matches its digest and loads — verified by "
@@ -28,7 +40,8 @@ def checkpoint_durable(history: History, ctx: CheckContext) -> Verdict:
     verified = history.of("checkpoint_verified")
     if not verified:
         return Verdict(name, "unknown", "no checkpoint was reported saved (or the runner did not watch them)")
-    bad_all = [e for e in verified if not e.get("ok")]
+    rotated = [e for e in verified if _rotated_away(history, e)]
+    bad_all = [e for e in verified if not e.get("ok") and not any(e is r for r in rotated)]
     bad = [e for i, e in enumerate(bad_all)  # one line per (checkpoint, moment, finding), however many ranks
            if (e["path"], e["when"], e.get("reason")) not in {(b["path"], b["when"], b.get("reason")) for b in bad_all[:i]}]
     saved = {e["path"] for e in verified if e.get("when") == "saved"}
@@ -45,6 +58,9 @@ def checkpoint_durable(history: History, ctx: CheckContext) -> Verdict:
     dcp = {e["path"] for e in verified if e.get("when") == "saved" and e.get("format") == "dcp"}
     how = ("complete and loaded whole by dcp.load (torch.distributed.checkpoint)" if dcp and dcp == saved
            else "complete, digest-equal and loadable")
+    if rotated:
+        names = ", ".join(sorted({_name(e["path"]) for e in rotated}))
+        notes.append(f"{names} removed by the job (rotated away, after newer saves) while being verified: not judged")
     return Verdict(name, "ok", f"{len(saved)} checkpoint(s) {how} after their save; "
                    f"{loads} re-verified when loaded, {end} at the end of the run"
                    + (f"; {'; '.join(notes)}" if notes else ""), value=len(saved))

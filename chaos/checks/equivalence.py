@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from chaos.checks.base import CheckContext, Verdict, check, no_reference, short
-from chaos.checks.replicas import split_of
+from chaos.checks.replicas import evident_split_of, split_of
 from chaos.history import History
 
 
@@ -39,14 +39,20 @@ def equivalent_to_reference(history: History, ctx: CheckContext) -> Verdict:
         return Verdict(name, "failed", "the job recorded no final parameters (it did not finish)")
     differ = {r: d for r, d in mine.items() if ref.final_digests.get(r) != d}
     missing = sorted(set(ref.final_digests) - set(mine))
-    split = split_of(history)  # replicas that disagree are wrong even when the reference drifted the same way
+    # replicas that disagree are wrong even when the reference drifted the same way; ranks that all differ
+    # (and the reference's the same way) may be shards of one model, not replicas: replicas_agree judges those
+    split = evident_split_of(history)
     if not differ and not missing and split is None:
         distinct = sorted(set(mine.values()))
         # every rank's digest is compared; one is quoted when all are equal, else each (ranks of different
         # replica groups, e.g. shards, may differ from each other)
         digests = f"digest {short(distinct[0])}" if len(distinct) == 1 else \
             "digests " + ", ".join(f"rank {r}: {short(d)}" for r, d in sorted(mine.items()))
-        return Verdict(name, "ok", f"final parameters of ranks {sorted(mine)} equal the reference bitwise ({digests})")
+        maybe = (" — every rank's differs from the others', as in the reference: shards, or replicas that drift "
+                 "(replicas_agree judges that; a sharded target names its replica_group)"
+                 if len(distinct) > 1 and split_of(history) is not None else "")
+        return Verdict(name, "ok", f"final parameters of ranks {sorted(mine)} equal the reference bitwise "
+                       f"({digests}){maybe}")
     parts = []
     if split is not None:
         ref_too = (" (and so did the reference's: the target drifts by itself, faults or not)"

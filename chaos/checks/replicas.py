@@ -67,6 +67,21 @@ def split_of(history: History) -> str | None:
     return "the replicas disagree: " + "; ".join(splits) if splits else None
 
 
+def evident_split_of(history: History) -> str | None:
+    """Like :func:`split_of`, but only where the ranks are evidently replicas: the target named its
+    replica groups, or some ranks of a group ended equal while others did not (shards of a sharded
+    model are all distinct, so ranks that *all* differ may be shards, not drifted replicas: None)."""
+    groups = replica_groups(history)
+    declared = any(e.get("replica_group") is not None for e in final_events(history).values())
+    splits = []
+    for group, digests in sorted(groups.items()):
+        how = disagreement(digests)
+        partial = len(set(digests.values())) < len(digests)
+        if how and (declared or partial):
+            splits.append(how if len(groups) == 1 else f"replica group {group}: {how}")
+    return "the replicas disagree: " + "; ".join(splits) if splits else None
+
+
 def first_divergence(history: History, ranks: list[int]) -> int | None:
     """The first step whose recorded parameter digests differ between ``ranks`` (None: none recorded)."""
     per_rank: dict[int, dict[int, str]] = {r: {} for r in ranks}

@@ -6,6 +6,7 @@ import os
 
 from chaos.checks.base import CheckContext, Verdict, check, short
 from chaos.checks.restores import Restore, recovered_at, restart_budget, restores
+from chaos.checks.skeleton import Judged, Measured, Stop, judge_lost, judge_recovery, judge_restores
 from chaos.history import History
 
 
@@ -108,100 +109,66 @@ def _rank_problems(r: Restore) -> tuple[list[str], list[dict]]:
 @check("after each kill, the next incarnation loaded the newest durable checkpoint (digest verified) "
        "and resumed at the step after it")
 def restored_from_checkpoint(history: History, ctx: CheckContext) -> Verdict:
-    name = "restored_from_checkpoint"
-    rs = restores(history)
-    if not rs:
-        return Verdict(name, "unknown", "no fault killed a process in this run, so there was nothing to restore")
-    problems: list[str] = []
-    examples: list[dict] = []
-    oks: list[str] = []
-    for r in rs:
-        if not r.ranks:
-            budget = restart_budget(history)
-            problems.append(f"after {r.label()} no worker process started again: the job was not restarted"
-                            + (f" ({'; '.join(budget)})" if budget else ""))
-            examples.append(r.fault)
-            continue
-        ps, ex = _rank_problems(r)
-        if ps:
-            problems.extend(f"after {r.label()}: {p}" for p in ps)
-            examples.extend(ex)
-            continue
-        false = sum(len(rec.false_starts) for rec in r.ranks.values())
-        note = (f" (after {false} worker start(s) that died before restoring: "
-                f"{_first_error(history, r)})") if false else ""
-        groups: dict[str | None, list[int]] = {}
-        for rank, rec in sorted(r.ranks.items()):
-            groups.setdefault(rec.loaded["path"] if rec.loaded else None, []).append(rank)
-        parts = []
-        for path, ranks in groups.items():
-            loaded = next(rec.loaded for rec in r.ranks.values() if rec.loaded and rec.loaded["path"] == path) \
-                if path else None
-            if loaded is None:
-                parts.append(f"ranks {ranks} had no durable checkpoint and started from step 1")
-            else:
-                parts.append(f"ranks {ranks} loaded {_ckpt(path)} (step {loaded['step']}, digest "
-                             f"{short(loaded.get('digest'))} = as saved) and resumed at step {loaded['step'] + 1}")
-                if path in r.torn:
-                    parts[-1] += (f" (the save of step {r.torn[path].get('step')} to the same path began but did not "
-                                  f"complete before the fault; the file still held the step-{loaded['step']} save)")
-        oks.append(f"after {r.label()} " + "; ".join(parts) + note)
-    if problems:
-        return Verdict(name, "failed", "; ".join(problems), events=examples[:5])
-    return Verdict(name, "ok", "; ".join(oks), events=[r.fault for r in rs][:5])
+    return judge_restores("restored_from_checkpoint", restores(history), lambda r: _judge_restore(history, r),
+                          budget=lambda: restart_budget(history))
+
+
+def _judge_restore(history: History, r: Restore) -> Judged:
+    """One restarted fault, from the probe's events: every rank's problems, or what each group of ranks loaded."""
+    ps, ex = _rank_problems(r)
+    if ps:
+        return Judged(problems=[f"after {r.label()}: {p}" for p in ps], examples=ex)
+    false = sum(len(rec.false_starts) for rec in r.ranks.values())
+    note = (f" (after {false} worker start(s) that died before restoring: "
+            f"{_first_error(history, r)})") if false else ""
+    groups: dict[str | None, list[int]] = {}
+    for rank, rec in sorted(r.ranks.items()):
+        groups.setdefault(rec.loaded["path"] if rec.loaded else None, []).append(rank)
+    parts = []
+    for path, ranks in groups.items():
+        loaded = next(rec.loaded for rec in r.ranks.values() if rec.loaded and rec.loaded["path"] == path) \
+            if path else None
+        if loaded is None:
+            parts.append(f"ranks {ranks} had no durable checkpoint and started from step 1")
+        else:
+            parts.append(f"ranks {ranks} loaded {_ckpt(path)} (step {loaded['step']}, digest "
+                         f"{short(loaded.get('digest'))} = as saved) and resumed at step {loaded['step'] + 1}")
+            if path in r.torn:
+                parts[-1] += (f" (the save of step {r.torn[path].get('step')} to the same path began but did not "
+                              f"complete before the fault; the file still held the step-{loaded['step']} save)")
+    return Judged(oks=[f"after {r.label()} " + "; ".join(parts) + note])
 
 
 @check("steps redone after each restore are at most the checkpoint interval",
        params={"max_steps": int})
 def progress_lost(history: History, ctx: CheckContext) -> Verdict:
-    name = "progress_lost"
-    bound = ctx.params.get("max_steps", ctx.checkpoint_every)
-    rs = restores(history)
-    if not rs:
-        return Verdict(name, "unknown", "no fault killed a process in this run, so no progress could be lost")
-    if bound is None:
-        return Verdict(name, "unknown", "no bound: set target.checkpoint_every or `progress_lost: {max_steps: N}`")
-    worst = 0
-    parts: list[str] = []
-    failed = False
-    for r in rs:
-        if not r.ranks:
-            return Verdict(name, "unknown", f"after {r.label()} the job never restarted, so nothing was redone",
-                           events=[r.fault])
-        if any(rec.loaded is None and rec.first_step is None for rec in r.ranks.values()):
-            return Verdict(name, "unknown", f"after {r.label()} the restarted ranks never completed a step",
-                           events=[r.fault])
-        # a rank that loaded nothing resumed from just before its first step (step 0 if it started over)
-        resumed = min(rec.loaded["step"] if rec.loaded is not None else (rec.first_step or {"step": 1})["step"] - 1
-                      for rec in r.ranks.values())
-        lost = (r.last_step_before or 0) - resumed
-        worst = max(worst, lost)
-        failed |= lost > bound
-        parts.append(f"{r.label()}: last step {r.last_step_before}, resumed from step {resumed}, "
-                     f"{lost} step(s) redone")
-    return Verdict(name, "failed" if failed else "ok", f"{'; '.join(parts)} (bound {bound})", value=float(worst), unit="steps",
-                   events=[r.fault for r in rs][:5])
+    return judge_lost("progress_lost", restores(history), _steps_redone,
+                      ctx.params.get("max_steps", ctx.checkpoint_every))
+
+
+def _steps_redone(r: Restore) -> Measured | Stop:
+    if not r.ranks:
+        return Stop("unknown", f"after {r.label()} the job never restarted, so nothing was redone")
+    if any(rec.loaded is None and rec.first_step is None for rec in r.ranks.values()):
+        return Stop("unknown", f"after {r.label()} the restarted ranks never completed a step")
+    # a rank that loaded nothing resumed from just before its first step (step 0 if it started over)
+    resumed = min(rec.loaded["step"] if rec.loaded is not None else (rec.first_step or {"step": 1})["step"] - 1
+                  for rec in r.ranks.values())
+    lost = (r.last_step_before or 0) - resumed
+    return Measured(lost, f"{r.label()}: last step {r.last_step_before}, resumed from step {resumed}, "
+                          f"{lost} step(s) redone")
 
 
 @check("seconds from each kill to the first step every restarted rank completed (reported; "
        "fails past max_s if given)", params={"max_s": float})
 def recovery_time(history: History, ctx: CheckContext) -> Verdict:
-    name = "recovery_time"
-    rs = restores(history)
-    if not rs:
-        return Verdict(name, "unknown", "no fault killed a process in this run, so there was no recovery to time")
-    bound = ctx.params.get("max_s")
-    times: list[float] = []
-    parts: list[str] = []
-    for r in rs:
-        t = recovered_at(history, r)
-        if t is None:
-            return Verdict(name, "failed", f"after {r.label()} the job never completed another step",
-                           events=[r.fault])
-        times.append(t - r.fault["t"])
-        parts.append(f"{r.label()}: recovered in {times[-1]:.2f} s")
-    worst = max(times)
-    failed = bound is not None and worst > float(bound)
-    tail = f" (bound {float(bound):g} s)" if bound is not None else ""
-    return Verdict(name, "failed" if failed else "ok", "; ".join(parts) + tail, value=round(worst, 3), unit="s",
-                   events=[r.fault for r in rs][:5])
+    return judge_recovery("recovery_time", restores(history), lambda r: _recovered_in(history, r),
+                          ctx.params.get("max_s"))
+
+
+def _recovered_in(history: History, r: Restore) -> Measured | Stop:
+    t = recovered_at(history, r)
+    if t is None:
+        return Stop("failed", f"after {r.label()} the job never completed another step")
+    took = t - r.fault["t"]
+    return Measured(took, f"{r.label()}: recovered in {took:.2f} s")

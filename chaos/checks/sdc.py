@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from chaos.checks.base import CheckContext, Verdict, check, no_reference, short
 from chaos.checks.equivalence import final_digests
-from chaos.checks.replicas import split_of
+from chaos.checks.replicas import evident_split_of
 from chaos.history import Event, History
 
 DEFAULT_WITHIN_STEPS = 10
@@ -86,7 +86,7 @@ def recovered(history: History, ctx: CheckContext) -> Verdict:
         return Verdict(name, "failed", "the job recorded no final parameters (it did not finish)")
     rollbacks = history.probe("sdc_rollback")
     how = f" after {len([e for e in rollbacks if e['rank'] == 0])} rollback(s)" if rollbacks else ""
-    split = split_of(history)  # every rank's digest, not one: a drifting replica is not a recovery
+    split = evident_split_of(history)  # every rank's digest, not one: a drifting replica is not a recovery
     if split is not None and all(ref.final_digests.get(r) == d for r, d in mine.items()):
         return Verdict(name, "failed", f"{split}, though each rank's final parameters equal the reference's "
                        "(which drifted the same way)")

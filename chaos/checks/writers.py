@@ -72,7 +72,8 @@ def exclusive_saves(history: History, ctx: CheckContext) -> Verdict:
                        f"written by one rank at a time (saving ranks: {writers})", value=float(len(found)))
     t0 = history.run_start() or 0.0
     parts = []
-    for a, b, how in bad[:3]:
+    for first, second, how in bad[:3]:
+        a, b = sorted((first, second), key=lambda x: x.rank)  # lower rank first, whichever began first
         span = (f"rank {a.rank} t={a.begin['t'] - t0:.2f}..{a.end - t0:.2f} s, "
                 f"rank {b.rank} t={b.begin['t'] - t0:.2f}..{b.end - t0:.2f} s")
         what = "wrote" if how == "at once" else "each wrote"

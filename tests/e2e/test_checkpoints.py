@@ -6,6 +6,8 @@ last) and fails on a deliberately broken one (no verification; `latest` before t
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.conftest import SCENARIOS, leftover_processes
@@ -26,7 +28,9 @@ def test_latest_moved_before_the_data_is_durable_is_caught(chaos_run) -> None:
     result = chaos_run(SCENARIOS / "kill-during-async-save.yaml", extra_args=["--broken", "latest-before-durable"])
     verdict = result.verdict("latest_is_complete")
     assert verdict.status == "failed", verdict.explanation
-    assert "latest named step-000040: step-000040 has no .metadata" in verdict.explanation
+    # the runner polls `latest`: under load it may see the pointer before the directory exists, or after it
+    assert re.search(r"latest named step-000040: step-000040 (has no \.metadata|does not exist)", verdict.explanation), \
+        verdict.explanation
 
 
 def test_corrupted_newest_checkpoint_is_rejected_and_the_job_falls_back(chaos_run) -> None:

@@ -299,3 +299,13 @@ def test_no_save_is_inferred_when_the_earlier_saves_disagree_on_their_offset():
     v = judge("restored_from_checkpoint", events, steps=3, every=1)
     assert v.status == "ok", v.explanation
     assert "its write completed before the fault" not in v.explanation
+
+
+def test_a_job_that_printed_no_progress_at_all_has_not_shown_its_steps_reached():
+    """A job that found a finished checkpoint of an earlier run (in its own cwd) trains nothing and exits 0:
+    with target.steps set, that is not a completed job (found by a fresh-user trial)."""
+    events = [runner("run_start", 0.0, world_size=2, steps=19, blackbox=box()), start(0, 100, 0, 0.5),
+              start(1, 101, 0, 0.5), runner("agent_exit", 2.0, node=0, exit_code=0)]
+    v = judge("completes", events)
+    assert v.status == "failed" and "no rank printed a line matching blackbox.progress" in v.explanation
+    assert judge("completes", events, steps=None).status == "ok"  # no steps to reach: exit codes only

@@ -123,3 +123,20 @@ def test_failed_write_leaves_no_partial_directory_and_latest_alone(tmp_path: Pat
         dircheckpoint.save(str(tmp_path), 20, b"x" * 1000, 2, keep=3, on_half=enospc)
     assert not (tmp_path / "step-000020").exists()
     assert dircheckpoint.read_latest(str(tmp_path)) == "step-000010"
+
+
+def test_a_checkpoint_rotated_away_while_its_verification_lagged_is_not_a_durability_failure() -> None:
+    """A job that keeps its last N checkpoints deletes the oldest as it saves; the runner's verification of a
+    slow format (DCP's dcp.load) can lag behind, and found the directory half-deleted (seen in CI)."""
+    saves = [probe("checkpoint_saved", 0, 1.0 + i / 10, step=10 * i, path=f"/c/step-{10 * i:06d}") for i in (1, 2, 3, 4)]
+    lagged = runner("checkpoint_verified", 1.5, when="saved", path="/c/step-000010", step=10, ok=False, gone=True,
+                    reason="dcp.load fails: FileNotFoundError")
+    v = judge("checkpoint_durable", [*saves, lagged])
+    assert v.status == "ok" and "rotated away" in v.explanation, v.explanation
+    # gone, but no newer save: a save reported before it landed is still a failure
+    never = runner("checkpoint_verified", 1.45, when="saved", path="/c/step-000040", step=40, ok=False, gone=True,
+                   reason="it is gone")
+    assert judge("checkpoint_durable", [*saves, never]).status == "failed"
+    # still on disk and broken: a failure whatever was saved after it
+    broken = {**lagged, "gone": False}
+    assert judge("checkpoint_durable", [*saves, broken]).status == "failed"

@@ -181,3 +181,16 @@ checks: [completes, restored_from_chekpoint, {{recovery_time: {{max_s: fast}}}}]
     assert "line 10: schedule[0].trigger.at_step=25 with on_event=checkpoint_write can never fire" in text
     assert "line 11: checks[1]='restored_from_chekpoint' is not a known check" in text
     assert "max_s='fast' must be a number; use one such as 10 instead" in text
+
+
+def test_a_misspelt_field_in_a_file_gets_the_same_did_you_mean_as_set(tmp_path: Path) -> None:
+    text = "\n".join(problems(tmp_path, """
+name: t
+target: {script: x.py, steps: 10, checkpoint_evry: 5}
+backend: {kind: local, nodes: 1, nproc_per_node: 2, max_restart: 1}
+schedule:
+  - {fault: kill, select: {rank: 1}, trigger: {at_stepp: 5}}
+"""))
+    assert "target.checkpoint_evry is not a field of target; did you mean 'checkpoint_every'?" in text
+    assert "backend.max_restart is not a field of backend; did you mean 'max_restarts'?" in text
+    assert "did you mean 'at_step'?" in text

@@ -75,3 +75,15 @@ def test_cannot_tell_without_finals_for_a_missing_rank_or_for_a_black_box() -> N
     assert v.status == "unknown" and "rank 2 recorded no final parameters" in v.explanation
     v = judge("replicas_agree", [start(blackbox=True)])
     assert v.status == "unknown" and "black-box target reports no parameter digests" in v.explanation
+
+
+def test_ranks_that_all_differ_as_in_the_reference_may_be_shards_so_only_replicas_agree_fails() -> None:
+    C = "c" * 16
+    events = [start(), final(0, A), final(1, B), final(2, C)]  # an FSDP-like job: every rank its own shard
+    same = {0: A, 1: B, 2: C}
+    for name in ("equivalent_to_reference", "recovered"):
+        v = judge(name, events, same)
+        assert v.status == "ok", f"{name}: {v.explanation}"
+    assert "replicas_agree judges that" in judge("equivalent_to_reference", events, same).explanation
+    assert judge("replicas_agree", events).status == "failed"  # opt-in: the user says the ranks are replicas
+    assert judge("equivalent_to_reference", events, {0: A, 1: B, 2: A}).status == "failed"  # a departure fails

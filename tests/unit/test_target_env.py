@@ -251,3 +251,19 @@ def test_what_a_reference_run_wrote_in_the_jobs_own_directory_is_set_aside(tmp_p
     assert (cache / "refs" / "ref.json").exists() and (root / "__pycache__" / "m.pyc").exists()
     assert "out/log.txt, snapshot.pt" in note and "it changed config/train.json there" in note
     assert set_aside(root, files_under(root, skip=cache), tmp_path / "x", skip=cache) == ""
+
+
+def test_a_checkpoint_left_in_the_jobs_own_directory_is_named_before_the_run(tmp_path: Path) -> None:
+    """With target.cwd: script an earlier run's snapshot.pt stays there, and a job that resumes from what it
+    finds trains nothing (found by a fresh-user trial): say so before the run."""
+    from chaos.notes import leftover_checkpoints, run_notes
+
+    d = job(tmp_path)
+    data = scenario(d / "train.py", cwd="script", blackbox={"checkpoints": "snapshot.pt"})
+    s = scenario_from_dict(data)
+    assert leftover_checkpoints(s) == []
+    (d / "snapshot.pt").write_bytes(b"x")
+    assert leftover_checkpoints(s) == [str(d / "snapshot.pt")]
+    assert any("already exist(s) before the run" in n for n in run_notes(s))
+    in_run_dir = scenario_from_dict(scenario(d / "train.py", blackbox={"checkpoints": "snapshot.pt"}))
+    assert leftover_checkpoints(in_run_dir) == []  # the run directory is new every run

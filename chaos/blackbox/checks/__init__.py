@@ -8,4 +8,4 @@ the runner's ``run_check`` uses them when the history is a black-box target's), 
 
 from __future__ import annotations
 
-from chaos.blackbox.checks import completion, files, restore, speed, unknown  # noqa: F401
+from chaos.blackbox.checks import completion, files, restore, speed, unknown, writers  # noqa: F401

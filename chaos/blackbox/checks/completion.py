@@ -7,6 +7,7 @@ from chaos.blackbox.checks.view import (
     describe_progress,
     errors,
     fault_t,
+    info,
     last_progress,
     printing_ranks,
     unit,
@@ -48,6 +49,11 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
     reached = last_progress(history)
     word = unit(history)
     printing = printing_ranks(history)
+    if ctx.steps is not None and not reached and info(history).get("progress"):
+        return Verdict(name, "failed", f"agents exited 0 but no rank printed a line matching blackbox.progress, so "
+                       f"target.steps={ctx.steps} was never shown reached (a job that found a finished checkpoint of "
+                       "an earlier run in its working directory trains nothing; or the regex does not match its "
+                       "lines)", events=exits[:2])
     if ctx.steps is not None and reached:
         # only the ranks that print progress (most trainers log on rank 0 only) are required to reach it
         short = {r: reached.get(r) for r in range(world) if r in printing and reached.get(r) != ctx.steps}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from chaos.blackbox.checks.view import Kill, errors, held, info, kills, name, origin, unit, variant
 from chaos.checks.base import CheckContext, Verdict
+from chaos.checks.skeleton import Judged, Measured, Stop, judge_lost, judge_recovery, judge_restores
 from chaos.history import Event, History
 
 
@@ -94,94 +95,63 @@ def _rewritten_after(history: History, k: Kill) -> bool:
 
 @variant("restored_from_checkpoint")
 def restored_from_checkpoint(history: History, ctx: CheckContext) -> Verdict:
-    name_ = "restored_from_checkpoint"
-    ks = kills(history)
-    if not ks:
-        return Verdict(name_, "unknown", "no fault killed a process in this run, so there was nothing to restore")
-    if not info(history).get("progress"):
-        return Verdict(name_, "unknown", "without blackbox.progress chaos cannot see where the job resumed; add a "
-                       r"regex that reads its step or epoch, e.g. 'Epoch (?P<epoch>\d+)'")
-    problems: list[str] = []
-    oks: list[str] = []
-    unseen: list[str] = []
-    for k in ks:
-        if not k.ranks:
-            problems.append(f"after {k.label()} no worker process started again: the job was not restarted")
-            continue
-        if not k.judged:
-            unseen.append(f"after {k.label()} no rank that prints progress "
-                          f"({', '.join(map(str, sorted(k.printing))) or 'none'}) restarted, so where it resumed "
-                          "cannot be seen")
-            continue
-        ps, good = _judge(history, k)
-        if ps:
-            problems.append(f"after {k.label()}: " + "; ".join(ps))
-        if good and not ps:
-            oks.append(f"after {k.label()}: " + "; ".join(good))
-    events = [k.fault for k in ks][:5]
-    if problems:
-        return Verdict(name_, "failed", "; ".join(problems), events=events)
-    if not oks:
-        return Verdict(name_, "unknown", "; ".join(unseen), events=events)
-    return Verdict(name_, "ok", "; ".join(oks + unseen), events=events)
+    blocked = None if info(history).get("progress") else (
+        "without blackbox.progress chaos cannot see where the job resumed; add a "
+        r"regex that reads its step or epoch, e.g. 'Epoch (?P<epoch>\d+)'")
+    return judge_restores("restored_from_checkpoint", kills(history), lambda k: _judge_kill(history, k),
+                          blocked=blocked, cite="faults")
+
+
+def _judge_kill(history: History, k: Kill) -> Judged:
+    """One restarted kill, from the log lines and loadable tests (unseen when no printing rank restarted)."""
+    if not k.judged:
+        return Judged(unseen=[f"after {k.label()} no rank that prints progress "
+                              f"({', '.join(map(str, sorted(k.printing))) or 'none'}) restarted, so where it resumed "
+                              "cannot be seen"])
+    ps, good = _judge(history, k)
+    if ps:
+        return Judged(problems=[f"after {k.label()}: " + "; ".join(ps)])
+    return Judged(oks=[f"after {k.label()}: " + "; ".join(good)] if good else [])
 
 
 @variant("progress_lost")
 def progress_lost(history: History, ctx: CheckContext) -> Verdict:
-    name_ = "progress_lost"
     word = unit(history)
-    bound = ctx.params.get("max_steps", ctx.checkpoint_every)
-    ks = kills(history)
-    if not ks:
-        return Verdict(name_, "unknown", "no fault killed a process in this run, so no progress could be lost")
-    if bound is None:
-        return Verdict(name_, "unknown", f"no bound: set target.checkpoint_every or `progress_lost: {{max_steps: N}}` "
-                       f"(in {word}s)")
-    worst, parts = 0, []
-    for k in ks:
-        firsts = [r.first for r in k.judged.values()]
-        if not k.judged or any(f is None for f in firsts) or k.last_before is None:
-            what = "the job never restarted" if not k.ranks else "no rank that prints progress restarted" \
-                if not k.judged else "no progress was printed before the fault" \
-                if k.last_before is None else "a restarted rank never printed progress"
-            return Verdict(name_, "unknown", f"after {k.label()} {what}, so nothing can be said to be redone",
-                           events=[k.fault])
-        resumed = min(int(f["progress"]) for f in firsts if f is not None) - 1
-        lost = k.last_before - resumed
-        worst = max(worst, lost)
-        parts.append(f"{k.label()}: last {word} {k.last_before}, resumed after {word} {resumed}, {lost} {word}(s) "
-                     "redone")
-    return Verdict(name_, "failed" if worst > bound else "ok", f"{'; '.join(parts)} (bound {bound})",
-                   value=float(worst), unit=f"{word}s", events=[k.fault for k in ks][:5])
+    return judge_lost("progress_lost", kills(history), lambda k: _redone(word, k),
+                      ctx.params.get("max_steps", ctx.checkpoint_every), unit=f"{word}s", hint=f" (in {word}s)")
+
+
+def _redone(word: str, k: Kill) -> Measured | Stop:
+    firsts = [r.first for r in k.judged.values()]
+    if not k.judged or any(f is None for f in firsts) or k.last_before is None:
+        what = "the job never restarted" if not k.ranks else "no rank that prints progress restarted" \
+            if not k.judged else "no progress was printed before the fault" \
+            if k.last_before is None else "a restarted rank never printed progress"
+        return Stop("unknown", f"after {k.label()} {what}, so nothing can be said to be redone")
+    resumed = min(int(f["progress"]) for f in firsts if f is not None) - 1
+    lost = k.last_before - resumed
+    return Measured(lost, f"{k.label()}: last {word} {k.last_before}, resumed after {word} {resumed}, {lost} {word}(s) "
+                          "redone")
 
 
 @variant("recovery_time")
 def recovery_time(history: History, ctx: CheckContext) -> Verdict:
-    name_ = "recovery_time"
-    ks = kills(history)
-    if not ks:
-        return Verdict(name_, "unknown", "no fault killed a process in this run, so there was no recovery to time")
-    bound = ctx.params.get("max_s")
-    times, parts = [], []
-    for k in ks:
-        firsts = [r.first for r in k.judged.values()]
-        ranks = sorted(k.judged)
-        if k.ranks and not k.judged:
-            return Verdict(name_, "unknown", f"after {k.label()} no rank that prints progress "
-                           f"({', '.join(map(str, sorted(k.printing))) or 'none'}) restarted, so its recovery "
-                           "cannot be seen", events=[k.fault])
-        if not firsts or any(f is None for f in firsts):
-            silent = [rank for rank, r in sorted(k.judged.items()) if r.first is None]
-            who = f"rank(s) {', '.join(map(str, silent))}" if silent else \
-                f"the ranks that print progress ({', '.join(map(str, sorted(k.printing)))})"
-            return Verdict(name_, "failed", f"after {k.label()} the job never printed progress on every rank again "
-                           f"({who} never did)",
-                           events=[k.fault])
-        times.append(max(f["t"] for f in firsts if f is not None) - k.t)
-        who = "every rank" if set(ranks) == set(k.ranks) else f"rank {', '.join(map(str, ranks))} (the ranks that print)"
-        parts.append(f"{k.label()}: {who} printed progress again {times[-1]:.2f} s later")
-    worst = max(times)
-    failed = bound is not None and worst > float(bound)
-    tail = f" (bound {float(bound):g} s)" if bound is not None else ""
-    return Verdict(name_, "failed" if failed else "ok", "; ".join(parts) + tail, value=round(worst, 3), unit="s",
-                   events=[k.fault for k in ks][:5])
+    return judge_recovery("recovery_time", kills(history), _printed_again, ctx.params.get("max_s"))
+
+
+def _printed_again(k: Kill) -> Measured | Stop:
+    firsts = [r.first for r in k.judged.values()]
+    ranks = sorted(k.judged)
+    if k.ranks and not k.judged:
+        return Stop("unknown", f"after {k.label()} no rank that prints progress "
+                    f"({', '.join(map(str, sorted(k.printing))) or 'none'}) restarted, so its recovery "
+                    "cannot be seen")
+    if not firsts or any(f is None for f in firsts):
+        silent = [rank for rank, r in sorted(k.judged.items()) if r.first is None]
+        who = f"rank(s) {', '.join(map(str, silent))}" if silent else \
+            f"the ranks that print progress ({', '.join(map(str, sorted(k.printing)))})"
+        return Stop("failed", f"after {k.label()} the job never printed progress on every rank again "
+                    f"({who} never did)")
+    took = max(f["t"] for f in firsts if f is not None) - k.t
+    who = "every rank" if set(ranks) == set(k.ranks) else f"rank {', '.join(map(str, ranks))} (the ranks that print)"
+    return Measured(took, f"{k.label()}: {who} printed progress again {took:.2f} s later")

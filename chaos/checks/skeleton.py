@@ -1,0 +1,162 @@
+"""The outer shape the restore checks share, in probe and in black-box mode.
+
+``restored_from_checkpoint``, ``progress_lost`` and ``recovery_time`` each walk the faults that killed
+workers (:func:`chaos.checks.restores.restores` in probe mode, :func:`chaos.blackbox.checks.view.kills`
+from outside), judge what the ranks did after each one, and turn that into one verdict. This module is
+that walk and that verdict; the callers pass only what differs: how ONE fault is judged (from probe
+events, or from log lines and loadable tests). Pure functions; nothing here reads a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar
+
+from chaos.checks.base import Status, Verdict
+from chaos.history import Event
+
+
+class Killed(Protocol):
+    """One fault that killed workers, and what followed it (a :class:`~chaos.checks.restores.Restore`
+    or a black-box ``Kill``)."""
+
+    @property
+    def fault(self) -> Event:
+        """The fault's ``fault_inject`` event."""
+        ...
+
+    @property
+    def ranks(self) -> Mapping[int, object]:
+        """rank → what it did after the fault, for every rank that started again (empty: no restart)."""
+        ...
+
+    def label(self) -> str:
+        """The fault named for an explanation (its description and when it fired)."""
+        ...
+
+
+K = TypeVar("K", bound=Killed)
+
+
+@dataclass
+class Judged:
+    """How one fault went, for ``restored_from_checkpoint``; each entry a whole sentence naming the fault.
+
+    ``problems`` non-empty: the fault failed the check, ``examples`` are events showing it (``oks`` are
+    then ignored). ``oks``: what went right. ``unseen``: what could not be seen (nothing else said
+    about this fault: the verdict is ``unknown`` when no fault gave an ``ok``)."""
+
+    problems: list[str] = field(default_factory=list)
+    oks: list[str] = field(default_factory=list)
+    unseen: list[str] = field(default_factory=list)
+    examples: list[Event] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One fault's measurement: ``value`` (steps redone, or seconds to recover) and the sentence saying it."""
+
+    value: float
+    text: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    """One fault that cannot be measured: the whole verdict is ``status`` with ``reason``, citing the fault."""
+
+    status: Status
+    reason: str
+
+
+def _faults(items: Sequence[Killed]) -> list[Event]:
+    return [k.fault for k in items][:5]
+
+
+def judge_restores(name: str, items: Sequence[K], judge_one: Callable[[K], Judged], *,
+                   blocked: str | None = None, budget: Callable[[], list[str]] = list,
+                   cite: Literal["examples", "faults"] = "examples") -> Verdict:
+    """The verdict of ``restored_from_checkpoint`` over ``items`` (the killing faults, in time order).
+
+    No fault: ``unknown``. ``blocked`` (a reason the check cannot judge any fault): ``unknown`` with it.
+    A fault after which no worker started again is a problem (with ``budget()``'s notes, e.g. spent
+    restart budgets, in brackets); every other one is judged by ``judge_one``. Any problem: ``failed``,
+    the problems joined by "; ", citing the problems' examples (``cite="examples"``) or the first five
+    faults (``cite="faults"``). Else ``ok`` with the oks then the unseen joined, or ``unknown`` with the
+    unseen when no fault gave an ok."""
+    if not items:
+        return Verdict(name, "unknown", "no fault killed a process in this run, so there was nothing to restore")
+    if blocked is not None:
+        return Verdict(name, "unknown", blocked)
+    problems: list[str] = []
+    examples: list[Event] = []
+    oks: list[str] = []
+    unseen: list[str] = []
+    for k in items:
+        if not k.ranks:
+            notes = budget()
+            problems.append(f"after {k.label()} no worker process started again: the job was not restarted"
+                            + (f" ({'; '.join(notes)})" if notes else ""))
+            examples.append(k.fault)
+            continue
+        judged = judge_one(k)
+        if judged.problems:
+            problems.extend(judged.problems)
+            examples.extend(judged.examples)
+        else:
+            oks.extend(judged.oks)
+        unseen.extend(judged.unseen)
+    if problems:
+        return Verdict(name, "failed", "; ".join(problems),
+                       events=examples[:5] if cite == "examples" else _faults(items))
+    if not oks:
+        return Verdict(name, "unknown", "; ".join(unseen), events=_faults(items))
+    return Verdict(name, "ok", "; ".join(oks + unseen), events=_faults(items))
+
+
+def judge_lost(name: str, items: Sequence[K], measure_one: Callable[[K], Measured | Stop], bound: Any, *,
+               unit: str = "steps", hint: str = "") -> Verdict:
+    """The verdict of ``progress_lost``: the most progress redone after any fault against ``bound``.
+
+    No fault, or ``bound`` None (``hint`` is added to the message, e.g. the bound's unit): ``unknown``.
+    ``measure_one`` gives each fault's redone count (in ``unit``) or a :class:`Stop`, which is the
+    verdict. ``failed`` when the worst count (at least 0) exceeds ``bound``; value = the worst."""
+    if not items:
+        return Verdict(name, "unknown", "no fault killed a process in this run, so no progress could be lost")
+    if bound is None:
+        return Verdict(name, "unknown", "no bound: set target.checkpoint_every or `progress_lost: {max_steps: N}`"
+                       + hint)
+    worst: float = 0
+    parts: list[str] = []
+    for k in items:
+        m = measure_one(k)
+        if isinstance(m, Stop):
+            return Verdict(name, m.status, m.reason, events=[k.fault])
+        worst = max(worst, m.value)
+        parts.append(m.text)
+    return Verdict(name, "failed" if worst > bound else "ok", f"{'; '.join(parts)} (bound {bound})",
+                   value=float(worst), unit=unit, events=_faults(items))
+
+
+def judge_recovery(name: str, items: Sequence[K], measure_one: Callable[[K], Measured | Stop],
+                   bound: Any) -> Verdict:
+    """The verdict of ``recovery_time``: seconds from each fault until the job made progress again.
+
+    No fault: ``unknown``. ``measure_one`` gives each fault's seconds or a :class:`Stop`, which is the
+    verdict. ``ok`` with the slowest as value (s), ``failed`` when it exceeds ``bound`` (seconds;
+    None: reported only)."""
+    if not items:
+        return Verdict(name, "unknown", "no fault killed a process in this run, so there was no recovery to time")
+    times: list[float] = []
+    parts: list[str] = []
+    for k in items:
+        m = measure_one(k)
+        if isinstance(m, Stop):
+            return Verdict(name, m.status, m.reason, events=[k.fault])
+        times.append(m.value)
+        parts.append(m.text)
+    worst = max(times)
+    failed = bound is not None and worst > float(bound)
+    tail = f" (bound {float(bound):g} s)" if bound is not None else ""
+    return Verdict(name, "failed" if failed else "ok", "; ".join(parts) + tail, value=round(worst, 3), unit="s",
+                   events=_faults(items))
