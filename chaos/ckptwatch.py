@@ -95,6 +95,10 @@ def _verify(path: Path, digest: str | None) -> str | None:
     return None
 
 
+# what a verification says when files it reads were deleted under it (a job rotating its checkpoints)
+MISSING = ("it is gone", "FileNotFoundError", "No such file", "is missing", "it cannot be read")
+
+
 class CheckpointWatcher:
     """Verifies the job's checkpoints from outside it; see the module docstring."""
 
@@ -116,7 +120,8 @@ class CheckpointWatcher:
 
     def _record(self, when: str, path: str, step: Any, why: str | None) -> Event:
         fmt = {"format": "dcp"} if is_dcp(self._disk(path)) else {}  # read with DCP's reader and dcp.load
-        gone = {"gone": True} if why is not None and self._vanishes(path) else {}  # rotated away? (the check says)
+        missing = why is not None and any(word in why for word in MISSING)
+        gone = {"gone": True} if missing and self._vanishes(path) else {}  # rotated away? (the check says)
         return self.log.record("checkpoint_verified", when=when, path=path, step=step, ok=why is None,
                                **fmt, **gone, **({"reason": why} if why else {}))
 

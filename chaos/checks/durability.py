@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from chaos.checks.base import CheckContext, Verdict, check
+from chaos.ckptwatch import MISSING
 from chaos.history import Event, History
 
 
@@ -24,9 +25,13 @@ def _name(path: str | None) -> str:
 def _rotated_away(history: History, verified: Event) -> bool:
     """A failed verification of a checkpoint the job removed while it was being verified, after saving a
     newer one (a job that keeps its last N deletes the oldest; the runner's verification can lag): the
-    path went (``gone``), and another path was reported saved after this one's save, before the verification."""
-    if verified.get("ok") or not verified.get("gone"):
+    verification after the save failed for want of a file, the path went (``gone``), and another path was
+    reported saved after this one's save, before the verification. A wrong digest or a failed load is never
+    put down to rotation."""
+    if verified.get("ok") or not verified.get("gone") or verified.get("when") != "saved":
         return False
+    if not any(word in str(verified.get("reason")) for word in MISSING):
+        return False  # a wrong digest or a failed load of what was there is the finding, gone later or not
     path, t = verified["path"], verified["t"]
     saves = [e for e in history.probe("checkpoint_saved") if e["t"] <= t]
     mine = [e["t"] for e in saves if e.get("path") == path]

@@ -140,3 +140,9 @@ def test_a_checkpoint_rotated_away_while_its_verification_lagged_is_not_a_durabi
     # still on disk and broken: a failure whatever was saved after it
     broken = {**lagged, "gone": False}
     assert judge("checkpoint_durable", [*saves, broken]).status == "failed"
+    # a wrong digest is the finding even when the job deleted the file soon after (seen in CI: a corrupted
+    # checkpoint loaded, then rotated away); so is any failure of a verification at a load
+    wrong = {**lagged, "reason": "model.pt digest 1a2b3c is not the 4d5e6f the job saved"}
+    assert judge("checkpoint_durable", [*saves, wrong]).status == "failed"
+    at_load = {**lagged, "when": "load"}
+    assert judge("checkpoint_durable", [*saves, at_load]).status == "failed"
