@@ -309,3 +309,17 @@ def test_a_job_that_printed_no_progress_at_all_has_not_shown_its_steps_reached()
     v = judge("completes", events)
     assert v.status == "failed" and "no rank printed a line matching blackbox.progress" in v.explanation
     assert judge("completes", events, steps=None).status == "ok"  # no steps to reach: exit codes only
+
+
+def test_a_broken_checker_is_named_before_a_file_that_changed_mid_test():
+    """When no test could tell, the reason that explains it comes first (seen in CI: a checker that cannot start
+    was hidden behind a save that changed while it was tested)."""
+    def unsure(t: float, reason: str) -> dict:
+        return seen("checkpoint_checked", t, path=CKPT, when="settled", ok=None, reason=reason, bytes=4000)
+
+    events = [runner("run_start", 0.0, world_size=2, steps=19, blackbox=box()),
+              unsure(1.0, "it changed while being tested"),
+              unsure(2.0, "loadable_command python no_such_checker.py {path} is broken (can't open file; exit 2)")]
+    v = judge("checkpoint_loadable", events)
+    assert v.status == "unknown" and v.explanation.startswith("no loadable test could tell (loadable_command"), \
+        v.explanation

@@ -137,8 +137,10 @@ def judge_files(history: History, check_name: str) -> Verdict:
         return Verdict(check_name, "failed", "; ".join(texts[:4]) + more, value=float(len(by_path)),
                        events=findings[:4])
     if not ok:
-        why = next((e.get("reason") for e in tests if e.get("ok") is None), None)
-        return Verdict(check_name, "unknown", f"no loadable test could tell ({why})")
+        reasons = list(dict.fromkeys(str(e.get("reason")) for e in tests if e.get("ok") is None))
+        # a broken checker first: it is why every test told nothing (a file that changed mid-test is incidental)
+        reasons.sort(key=lambda r: "is broken" not in r)
+        return Verdict(check_name, "unknown", f"no loadable test could tell ({'; '.join(reasons[:2])})")
     paths = sorted({name(e["path"]) for e in ok})
     counts = {w: sum(e.get("when") == w for e in ok) for w in WHEN}
     damaged = [e for e in failed if e not in mine]
