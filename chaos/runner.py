@@ -311,7 +311,8 @@ class _Run:
         self.blackbox: BlackboxObserver | None = None
         if box is not None:
             self.blackbox = BlackboxObserver(box, [f.trigger for f in scenario.schedule], self.backend, self.run_dir,
-                                     scenario.base_dir, self.log, self.env, cwd=scenario.work_dir(self.run_dir))
+                                     scenario.base_dir, self.log, self.env, cwd=scenario.work_dir(self.run_dir),
+                                     watch_writers="exclusive_saves" in scenario.check_names())
         self.tail = EventTail(self.run_dir / "events")
         self.max_step: int | None = None
         self._exit_status: dict[int, str] = {}  # pid → the probe's exit status
