@@ -79,12 +79,15 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
 from benchmarks._common import ForeignLoad, JobFailed, clean_env, machine, median, new_dir, retry, tmpdir_env
 from benchmarks.runner_overhead import run_plain, run_runner
 from chaos.backends.procs import kill_run_processes
-from chaos.explore.engine import Example, Explorer
+from chaos.explore.engine import Explorer
+from chaos.explore.examples import Example
 from chaos.history import Event, load_journal, merge_run_dir, read_events
-from chaos.loader import load_scenario, scenario_from_dict
-from chaos.reference import ReferenceCache
-from chaos.runner import RunResult, judge, preflight, run_scenario
+from chaos.load.loader import load_scenario, scenario_from_dict
+from chaos.run.reference import ReferenceCache
+from chaos.run.runner import preflight, run_scenario
 from chaos.scenario import Scenario
+from chaos.verdicts.judge import judge
+from chaos.verdicts.result import RunResult
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "explore-digits.yaml"
@@ -291,7 +294,7 @@ def time_runner_pieces(explorer_scenario: Scenario, results: list[RunResult], re
     pieces: dict[str, list[float]] = {"preflight": [], "reference lookup": [], "straggler scan": [],
                                       "journal merge": [], "checks": []}
     try:
-        from chaos.rejudge import render_report
+        from chaos.verdicts.conclude import render_report
     except ImportError:  # a chaos without per-run reports
         render_report = None
     else:

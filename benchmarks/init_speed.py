@@ -39,7 +39,7 @@ WORDS = ["torchrun", "--nproc-per-node=2", str(ROOT / "targets" / "ddp_tutorial.
 def run_once(tmp: Path, name: str) -> float:
     """One fault-free run of the job through the runner; wall time, seconds."""
     from chaos.init.run import learning_scenario
-    from chaos.runner import run_scenario
+    from chaos.run.runner import run_scenario
 
     work = tmp / name
     work.mkdir()

@@ -68,8 +68,8 @@ def snapshot_bytes(width: int) -> int:
 
 def one_size(width: int, kills: int, rng: random.Random, runs_dir: Path) -> dict[str, Any]:
     """One chaos run with ``kills`` exact mid-write kills; what each kill recorded."""
-    from chaos.derive import derive_scenario
-    from chaos.runner import run_scenario
+    from chaos.load.derive import derive_scenario
+    from chaos.run.runner import run_scenario
 
     size = snapshot_bytes(width)
     after = [rng.randint(1, size - 1) for _ in range(kills)]

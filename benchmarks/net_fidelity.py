@@ -41,7 +41,7 @@ from chaos.net import measure, tc
 from chaos.net.lab import NetLab
 from chaos.net.netns import Netns
 from chaos.scenario import DelayFault
-from chaos.workers import WorkerTable
+from chaos.worker_table import WorkerTable
 
 OUT = Path(__file__).resolve().parent / "NET_FIDELITY.md"
 DELAYS_MS = (1.0, 10.0, 100.0)

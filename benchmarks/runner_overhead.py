@@ -54,8 +54,8 @@ from benchmarks._common import (
     torchrun,
 )
 from chaos.backends.torchrun import free_port, torchrun_args
-from chaos.loader import scenario_from_dict
-from chaos.runner import run_scenario
+from chaos.load.loader import scenario_from_dict
+from chaos.run.runner import run_scenario
 from chaos.scenario import Scenario
 
 GOAL_RATIO = 1.05

@@ -49,8 +49,8 @@ from rich.table import Table
 
 from benchmarks._common import machine, tmpdir_env
 from chaos.history import Event
-from chaos.loader import scenario_from_dict
-from chaos.runner import run_scenario
+from chaos.load.loader import scenario_from_dict
+from chaos.run.runner import run_scenario
 from chaos.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -267,7 +267,7 @@ def markdown(rows: list[CaseResult], fa: FalseAlarms, quick: bool, duration_s: f
         f"{f' --inject-step {step}' if step != INJECT_STEP else ''}`), "
         f"duration {duration_s:.0f} s", "",
         "## How measured", "",
-        f"`targets/digits_ddp.py` under `chaos.runner.run_scenario` (local backend, {WORLD} ranks, {STEPS} steps, "
+        f"`targets/digits_ddp.py` under `chaos.run.runner.run_scenario` (local backend, {WORLD} ranks, {STEPS} steps, "
         f"checkpoint every {CHECKPOINT_EVERY}, seed 0, no reference run). Each case injects one transient fault "
         f"in rank {RANK} at step {step} in parameter `{PARAM}` and runs once with "
         f"`--sdc-detectors {','.join(DETECTORS)} --replica-digest-every {DIGEST_EVERY} --sdc-reaction none` "

@@ -33,8 +33,8 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
 
 from benchmarks._common import ForeignLoad, machine, median
 from chaos.capabilities import missing
-from chaos.loader import scenario_from_dict
-from chaos.runner import run_scenario
+from chaos.load.loader import scenario_from_dict
+from chaos.run.runner import run_scenario
 from chaos.scenario import Scenario
 
 REPO = Path(__file__).resolve().parent.parent

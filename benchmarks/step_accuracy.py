@@ -32,8 +32,8 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import SCENARIO, BenchResult, Row, median, tmpdir_env
-from chaos.loader import scenario_from_dict
-from chaos.runner import run_scenario
+from chaos.load.loader import scenario_from_dict
+from chaos.run.runner import run_scenario
 from chaos.scenario import Scenario
 
 GOAL_FRACTION = 1.0

@@ -17,15 +17,15 @@ _EXPORTS = {
     "ScenarioError": "chaos.errors",
     "CapabilityError": "chaos.errors",
     "Scenario": "chaos.scenario",
-    "load_scenario": "chaos.loader",
-    "scenario_from_dict": "chaos.loader",
-    "run_scenario": "chaos.runner",
-    "RunResult": "chaos.runner",
+    "load_scenario": "chaos.load.loader",
+    "scenario_from_dict": "chaos.load.loader",
+    "run_scenario": "chaos.run.runner",
+    "RunResult": "chaos.verdicts.result",
     "Verdict": "chaos.checks.base",
     "CHECKS": "chaos.checks",
     "History": "chaos.history",
     "load_journal": "chaos.history",
-    "rejudge": "chaos.rejudge",
+    "rejudge": "chaos.run.rejudge",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -35,10 +35,11 @@ if TYPE_CHECKING:
     from chaos.checks.base import Verdict
     from chaos.errors import CapabilityError, ChaosError, ScenarioError
     from chaos.history import History, load_journal
-    from chaos.loader import load_scenario, scenario_from_dict
-    from chaos.rejudge import rejudge
-    from chaos.runner import RunResult, run_scenario
+    from chaos.load.loader import load_scenario, scenario_from_dict
+    from chaos.run.rejudge import rejudge
+    from chaos.run.runner import run_scenario
     from chaos.scenario import Scenario
+    from chaos.verdicts.result import RunResult
 
 
 def __getattr__(name: str) -> Any:

@@ -127,12 +127,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from chaos.derive import apply_sets, derive_scenario
-    from chaos.loader import load_scenario
-    from chaos.notes import run_notes
+    from chaos.load.derive import apply_sets, derive_scenario
+    from chaos.load.loader import load_scenario
+    from chaos.load.notes import run_notes
     from chaos.progress import LiveProgress
-    from chaos.report import print_result
-    from chaos.runner import preflight, run_scenario
+    from chaos.run.runner import preflight, run_scenario
+    from chaos.verdicts.table import print_result
 
     scenario = apply_sets(load_scenario(args.scenario), args.set)  # in scenario.yaml too: the replay keeps them
     if args.deadline_s is not None:  # into the scenario, so that its scenario.yaml (the replay) keeps it
@@ -161,7 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _write_junit(args: argparse.Namespace, result: Any) -> None:
     if args.junit:
-        from chaos.junit import write_junit
+        from chaos.verdicts.junit import write_junit
 
         write_junit([result], args.junit, strict=getattr(args, "strict", False))
 
@@ -183,8 +183,8 @@ def _add_report_parser(sub: Any) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from chaos.errors import RunDirError
-    from chaos.rejudge import rejudge
-    from chaos.report import print_result
+    from chaos.run.rejudge import rejudge
+    from chaos.verdicts.table import print_result
 
     try:
         result = rejudge(args.run_dir, merge=args.merge)
@@ -211,9 +211,9 @@ def _names(value: str | None) -> list[str] | None:
 def cmd_explore(args: argparse.Namespace) -> int:
     import shlex
 
-    from chaos.derive import apply_sets, derive_scenario
     from chaos.explore import Explorer
     from chaos.explore.display import ExploreDisplay, print_explore_result
+    from chaos.load.derive import apply_sets, derive_scenario
 
     scenario = apply_sets(derive_scenario(args.scenario, extra_args=shlex.split(args.target_args)), args.set)
     families = _names(args.families) or sorted({f.fault for f in scenario.schedule}) or ["kill"]
@@ -242,14 +242,14 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from chaos.schema import markdown, schema_json
+    from chaos.load.schema import markdown, schema_json
 
     sys.stdout.write(markdown() if args.markdown else schema_json())
     return EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from chaos.loader import load_scenario
+    from chaos.load.loader import load_scenario
 
     report: list[dict[str, Any]] = []
     for path in args.scenarios:
@@ -299,7 +299,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_cleanup(args: argparse.Namespace) -> int:
     """Exit 0 when nothing of a dead run is left (or, with --dry-run, listed), 1 when something could not be removed."""
     from chaos.cleanup import cleanup
-    from chaos.runner import default_runs_dir
+    from chaos.paths import default_runs_dir
 
     report = cleanup(args.runs_dir or default_runs_dir(), dry_run=args.dry_run, all_dead=args.all_dead)
     if args.json:
@@ -335,7 +335,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from chaos.backends import BACKENDS
     from chaos.checks import CHECKS
     from chaos.faults import FAULT_DOCS
-    from chaos.loader import load_scenario
+    from chaos.load.loader import load_scenario
 
     scenarios = []
     for path in sorted(args.scenarios_dir.glob("*.yaml")) if args.scenarios_dir.is_dir() else []:

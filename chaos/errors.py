@@ -41,3 +41,8 @@ class RunDirError(ChaosError):
 class StrategyError(ChaosError, ValueError):
     """A schedule strategy was given an invalid argument (``max_faults=-1``, an unknown family, a
     family the backend cannot carry out). The message names the argument and the fix."""
+
+
+class CommandError(ChaosError, ValueError):
+    """A ``torchrun ...`` command cannot be taken apart (``chaos init``, ``target.command``); the
+    message says why and the fix."""

@@ -19,7 +19,7 @@ HOLD_S = 0.3
 
 
 class LiveProgress:
-    """An observer for :func:`chaos.runner.run_scenario` that draws one bar per rank.
+    """An observer for :func:`chaos.run.runner.run_scenario` that draws one bar per rank.
 
     Use as a context manager; call the instance with each event. Lines are printed in time order: each
     is held :data:`HOLD_S` seconds (of the wall clock), then printed with the earlier ones held, sorted

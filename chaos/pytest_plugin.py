@@ -30,9 +30,10 @@ from typing import Any
 import pytest
 
 from chaos.capabilities import missing
-from chaos.derive import derive_scenario
-from chaos.runner import RunResult, run_scenario
+from chaos.load.derive import derive_scenario
+from chaos.run.runner import run_scenario
 from chaos.scenario import Scenario
+from chaos.verdicts.result import RunResult
 
 RESULTS_KEY = pytest.StashKey[list[RunResult]]()
 
@@ -101,7 +102,7 @@ ChaosRun = Callable[..., RunResult]
 
 @pytest.fixture
 def chaos_run(request: pytest.FixtureRequest) -> ChaosRun:
-    """Run a scenario and return its :class:`~chaos.runner.RunResult`.
+    """Run a scenario and return its :class:`~chaos.run.runner.RunResult`.
 
     ``chaos_run(scenario, overrides=None, extra_args=(), deadline_s=None)`` where ``scenario`` is a
     path to a YAML file (a relative path is looked up in the working directory, then in pytest's

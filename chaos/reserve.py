@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from chaos.errors import ChaosError
+from chaos.paths import cache_dir
 
 T = TypeVar("T")
 RUN_LOCK_DIR = Path("/run/chaos")
@@ -30,8 +31,6 @@ RUN_LOCK_DIR = Path("/run/chaos")
 def lock_dir() -> Path:
     """``$CHAOS_LOCK_DIR``; else ``/run/chaos`` where this user may write there (root); else
     ``<cache dir>/locks`` (``$CHAOS_CACHE_DIR`` or ``~/.cache/chaos``). Created if missing."""
-    from chaos.reference import cache_dir
-
     if os.environ.get("CHAOS_LOCK_DIR"):
         path = Path(os.environ["CHAOS_LOCK_DIR"])
     elif os.access(RUN_LOCK_DIR if RUN_LOCK_DIR.exists() else RUN_LOCK_DIR.parent, os.W_OK):

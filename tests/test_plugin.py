@@ -103,7 +103,7 @@ def test_a_failed_run_attaches_its_report_and_timeline(pytester: pytest.Pytester
     run_dir = make_run_dir(tmp_path, edited)
     pytester.makepyfile(f"""
         import chaos.pytest_plugin
-        from chaos.rejudge import rejudge
+        from chaos.run.rejudge import rejudge
 
         def test_restore(chaos_run, monkeypatch):
             monkeypatch.setattr(chaos.pytest_plugin, "run_scenario", lambda *a, **kw: rejudge({str(run_dir)!r}))

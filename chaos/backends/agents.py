@@ -19,12 +19,13 @@ import psutil
 
 from chaos.backends.base import LaunchSpec, NodeNet
 from chaos.backends.procs import kill_run_processes, run_processes, signal_pids
-from chaos.backends.torchrun import AgentLogs, agent_env, error_lines, reserve_port, torchrun_args
+from chaos.backends.torchrun import AgentLogs, agent_env, reserve_port, torchrun_args
 from chaos.errors import ChaosError
 from chaos.history import RunnerLog
+from chaos.logtext import error_lines
 from chaos.manifest import Manifest
 from chaos.reserve import Reservation
-from chaos.scenario import _NodesSpec
+from chaos.scenario import NodesSpec
 
 TERM_GRACE_S = 3.0
 
@@ -37,7 +38,7 @@ class HostAgents:
 
     kind = "host"
 
-    def __init__(self, spec: _NodesSpec, run_id: str, run_dir: Path, log: RunnerLog) -> None:
+    def __init__(self, spec: NodesSpec, run_id: str, run_dir: Path, log: RunnerLog) -> None:
         self.spec = spec
         self.run_id = run_id
         self.run_dir = run_dir

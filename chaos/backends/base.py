@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from chaos.net.node import NodeNet
+
+__all__ = ["Backend", "LaunchSpec", "NodeNet"]
+
 
 @dataclass
 class LaunchSpec:
@@ -25,22 +29,6 @@ class LaunchSpec:
     torchrun_args: list[str] = field(default_factory=list)
     cwd: str | None = None  # the workers' working directory (target.cwd); None: the run directory
     python: str | None = None  # the interpreter of torchrun and the workers (target.python); None: chaos's own
-
-
-@dataclass(frozen=True)
-class NodeNet:
-    """Where a node's network lives, for network faults.
-
-    ``netns_path`` is what ``nsenter --net=<path>`` enters (``/run/netns/<name>`` for the netns
-    backend, ``/proc/<pid>/ns/net`` of the container's init for docker); ``iface`` is the node's
-    interface on the run's network (its qdisc is what ``tc`` changes); ``ip`` its address there.
-    """
-
-    node: int
-    name: str
-    ip: str
-    netns_path: str
-    iface: str
 
 
 class Backend(Protocol):

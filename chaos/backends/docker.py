@@ -41,9 +41,10 @@ import psutil
 from chaos.backends.base import LaunchSpec, NodeNet
 from chaos.backends.image import LABEL, NodeImage, node_image
 from chaos.backends.procs import kill_run_processes, ns_pid, run_processes
-from chaos.backends.torchrun import AgentLogs, agent_env, error_lines, torchrun_args
+from chaos.backends.torchrun import AgentLogs, agent_env, torchrun_args
 from chaos.errors import CapabilityError, ChaosError, ScenarioError
 from chaos.history import RunnerLog
+from chaos.logtext import error_lines
 from chaos.manifest import Manifest, process_start
 from chaos.scenario import DockerBackendSpec
 

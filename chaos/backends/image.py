@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import chaos
+from chaos.paths import package_root
 from chaos.reserve import FileLock
 
 REPOSITORY = "chaos-node"
@@ -71,7 +71,7 @@ class NodeImage:
 
 def chaos_source_dir() -> Path:
     """The directory that contains the ``chaos`` package (its parent goes on ``PYTHONPATH``)."""
-    return Path(chaos.__file__).resolve().parent.parent
+    return package_root().parent
 
 
 def _top_level_links() -> dict[str, str]:

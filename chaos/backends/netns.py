@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends.agents import HostAgents
-from chaos.backends.base import NodeNet
 from chaos.errors import CapabilityError, ChaosError
 from chaos.history import RunnerLog
 from chaos.net.iptables import install_chain, remove_chain
 from chaos.net.netns import Netns
+from chaos.net.node import NodeNet
 from chaos.reserve import Reservation, reserve
 from chaos.scenario import NetnsBackendSpec
 

@@ -9,15 +9,13 @@ import socket
 import sys
 from pathlib import Path
 
-import chaos
 from chaos.backends.base import LaunchSpec
+from chaos.paths import cache_dir, package_root
 from chaos.reserve import Reservation, reserve
-from chaos.scenario import _NodesSpec
+from chaos.scenario import NodesSpec
 
 # torchrun's line for a failed worker: "failed (exitcode: -9) local_rank: 1 (pid: 2643) of binary: ..."
 EXITCODE_RE = re.compile(rb"exitcode: (-?\d+)\)? local_rank: (\d+) \(pid: (\d+)\)")
-# lines worth quoting from a failed agent's log: exceptions and argparse errors of the workers
-ERROR_LINE_RE = re.compile(r"^(?:\[rank\d+\]: )?(?:[\w.]*(?:Error|Exception)\b.*|\S+\.py: error: .*)$")
 
 
 # Rendezvous ports of the local backend: below Linux's ephemeral range (32768-60999 by default), so
@@ -54,7 +52,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def torchrun_args(spec: _NodesSpec, node: int, run_id: str, log_dir: Path, host: str, port: int,
+def torchrun_args(spec: NodesSpec, node: int, run_id: str, log_dir: Path, host: str, port: int,
                   local_addr: str | None = None) -> list[str]:
     """torchrun's arguments for ``node``: rendezvous at ``host:port`` (c10d) or master ``host:port``
     (static). ``local_addr`` is the node's own address, which peers use to reach it (needed where
@@ -79,7 +77,7 @@ def torchrun_args(spec: _NodesSpec, node: int, run_id: str, log_dir: Path, host:
     return args
 
 
-def agent_env(spec: _NodesSpec, launch: LaunchSpec, node: int, iface: str | None = None) -> dict[str, str]:
+def agent_env(spec: NodesSpec, launch: LaunchSpec, node: int, iface: str | None = None) -> dict[str, str]:
     """The variables an agent (and so its workers) gets on top of the node's own environment."""
     env = {**launch.env, "CHAOS_NODE": str(node), "PYTHONUNBUFFERED": "1"}
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -97,8 +95,8 @@ def chaos_only_path() -> str:
     interpreter's ``PYTHONPATH``: the package's parent directory could be a site-packages whose
     other packages (this environment's torch) would shadow the interpreter's own. Made once per
     package location, under ``$CHAOS_CACHE_DIR`` (default ``~/.cache/chaos``); safe to race."""
-    package = Path(chaos.__file__).resolve().parent
-    root = Path(os.environ.get("CHAOS_CACHE_DIR") or Path.home() / ".cache" / "chaos")
+    package = package_root()
+    root = cache_dir()
     where = root / "pythonpath" / hashlib.sha256(str(package).encode()).hexdigest()[:12]
     link = where / "chaos"
     if not (link.is_symlink() and os.readlink(link) == str(package)):
@@ -147,20 +145,3 @@ class AgentLogs:
             for code, _local_rank, pid in EXITCODE_RE.findall(chunk[:end]):
                 self._codes[int(pid)] = int(code)
         return dict(self._codes)
-
-
-def error_lines(log: Path, limit: int = 2) -> list[str]:
-    """The last ``limit`` distinct error lines of a log (worker exceptions, argparse errors)."""
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    found: list[str] = []
-    for line in reversed(lines):
-        line = line.strip()
-        quoted = ERROR_LINE_RE.match(line) and "ChildFailedError" not in line and "SignalException" not in line
-        if quoted and line[:300] not in found:
-            found.append(line[:300])
-        if len(found) >= limit:
-            break
-    return list(reversed(found))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-# checkpoint_loadable and the black-box variants of the checks below (chaos.blackbox.checks)
-from chaos.blackbox import checks as _blackbox_checks  # noqa: F401
+# checkpoint_loadable and the black-box variants of the checks below (chaos.checks.blackbox)
+from chaos.checks import blackbox as _blackbox_checks  # noqa: F401
 from chaos.checks import (  # noqa: F401
     completion,
     durability,

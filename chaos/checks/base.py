@@ -124,7 +124,7 @@ class CheckDef:
 
 
 CHECKS: dict[str, CheckDef] = {}
-# check name → its variant for a black-box target's history (chaos.blackbox.checks)
+# check name → its variant for a black-box target's history (chaos.checks.blackbox)
 BLACKBOX_VARIANTS: dict[str, Callable[[History, CheckContext], Verdict]] = {}
 
 

@@ -1,5 +1,5 @@
 """Checks on the checkpoints themselves, judged from what the runner verified outside the job
-(:mod:`chaos.ckptwatch`) and what the job said about its loads.
+(:mod:`chaos.run.ckptwatch`) and what the job said about its loads.
 
 ``checkpoint_durable``: every checkpoint the job reported as saved was complete, matched its
 digest and loaded — right after its save, when a worker began to load it, and at the end of the
@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 
 from chaos.checks.base import CheckContext, Verdict, check
-from chaos.ckptwatch import MISSING
 from chaos.history import Event, History
+
+# what a verification says when files it reads were deleted under it (a job rotating its checkpoints)
+MISSING = ("it is gone", "FileNotFoundError", "No such file", "is missing", "it cannot be read")
 
 
 def _name(path: str | None) -> str:

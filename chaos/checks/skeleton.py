@@ -1,7 +1,7 @@
 """The outer shape the restore checks share, in probe and in black-box mode.
 
 ``restored_from_checkpoint``, ``progress_lost`` and ``recovery_time`` each walk the faults that killed
-workers (:func:`chaos.checks.restores.restores` in probe mode, :func:`chaos.blackbox.checks.view.kills`
+workers (:func:`chaos.checks.restores.restores` in probe mode, :func:`chaos.checks.blackbox.view.kills`
 from outside), judge what the ranks did after each one, and turn that into one verdict. This module is
 that walk and that verdict; the callers pass only what differs: how ONE fault is judged (from probe
 events, or from log lines and loadable tests). Pure functions; nothing here reads a file.

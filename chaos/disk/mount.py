@@ -33,6 +33,7 @@ from typing import Any
 from chaos.disk.fs import FSNAME, ack_path, move_entries, our_mounts, poke, restore_backing, wake_path
 from chaos.disk.rules import Rule, dumps_rules
 from chaos.errors import CapabilityError, ChaosError
+from chaos.paths import package_root
 
 ACK_WAIT_S = 2.0
 UNMOUNT_TRIES = 5
@@ -452,9 +453,7 @@ def _read_state(mountpoint: str) -> dict[str, Any]:
 
 def _pythonpath() -> str:
     """``PYTHONPATH`` for the filesystem process: the directory holding the ``chaos`` package first."""
-    import chaos
-
-    here = str(Path(chaos.__file__).resolve().parent.parent)
+    here = str(package_root().parent)
     rest = os.environ.get("PYTHONPATH", "")
     return here + (os.pathsep + rest if rest else "")
 

@@ -11,7 +11,8 @@ from rich.markup import escape
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from chaos.explore.engine import Example, Explorer, ExploreResult
+    from chaos.explore.engine import Explorer
+    from chaos.explore.examples import Example, ExploreResult
     from chaos.history import Event
 
 

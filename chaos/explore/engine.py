@@ -18,9 +18,8 @@ import json
 import secrets
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import hypothesis.core as hypothesis_core
 from hypothesis import Verbosity, find, settings
@@ -29,14 +28,18 @@ from hypothesis.errors import NoSuchExample
 
 from chaos.checks import CHECKS
 from chaos.errors import ChaosError, StrategyError
+from chaos.explore.examples import Example, ExploreResult
+from chaos.explore.minimal import write_minimal
 from chaos.history import Event, load_journal
-from chaos.reference import ReferenceCache, cache_dir, reference_key
-from chaos.rejudge import render_report
-from chaos.runner import RunResult, default_runs_dir, preflight, run_scenario
+from chaos.paths import cache_dir, default_runs_dir
+from chaos.run.reference import ReferenceCache, reference_key
+from chaos.run.runner import preflight, run_scenario
 from chaos.scenario import CheckSpec, Scenario
 from chaos.strategies.families import KINDS, resolve
 from chaos.strategies.schedules import Schedule, schedules
 from chaos.strategies.shape import TargetShape
+from chaos.verdicts.conclude import render_report
+from chaos.verdicts.result import RunResult
 
 DATABASE_VERSION = 1  # bump when the strategies change how they draw, so old entries are not misread
 
@@ -48,70 +51,6 @@ class ExploreObserver(Protocol):
     def example_started(self, example: Example) -> None: ...
     def run_event(self, event: Event) -> None: ...
     def example_done(self, example: Example) -> None: ...
-
-
-@dataclass
-class Example:
-    """One schedule tried: ``phase`` is ``generate`` (the search) or ``shrink``; ``result`` is its
-    run (None when the budget was spent before it could run); ``failed`` the held checks that failed."""
-
-    index: int
-    schedule: Schedule
-    phase: str
-    result: RunResult | None = None
-    failed: list[str] = field(default_factory=list)
-    unknown: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def failing(self) -> bool:
-        return bool(self.failed)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "phase": self.phase, "schedule": self.schedule.describe(), "failed": self.failed,
-                "unknown": self.unknown, "wall_time_s": round(self.seconds, 2),
-                "run_dir": str(self.result.run_dir) if self.result else None}
-
-
-@dataclass
-class ExploreResult:
-    """The outcome: ``minimal`` is the smallest failing example found (None: nothing failed), and
-    ``scenario_path`` the scenario file that replays it."""
-
-    scenario: Scenario
-    out_dir: Path
-    seed: int
-    examples: list[Example]
-    minimal: Example | None
-    scenario_path: Path | None
-    elapsed_s: float
-    stopped: str  # why the search ended
-    reference_note: str = ""
-    repeats: int = 0
-
-    @property
-    def found(self) -> bool:
-        return self.minimal is not None
-
-    @property
-    def runs(self) -> int:
-        """Real runs made (memoised repeats are not runs)."""
-        return sum(1 for e in self.examples if e.result is not None)
-
-    @property
-    def generated(self) -> int:
-        return sum(1 for e in self.examples if e.phase == "generate" and e.result is not None)
-
-    def replay_command(self) -> str | None:
-        return f"chaos run {self.scenario_path}" if self.scenario_path else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"scenario": self.scenario.name, "out_dir": str(self.out_dir), "seed": self.seed, "found": self.found,
-                "stopped": self.stopped, "elapsed_s": round(self.elapsed_s, 1), "runs": self.runs,
-                "examples_generated": self.generated, "repeats": self.repeats, "reference": self.reference_note,
-                "minimal": self.minimal.to_json() if self.minimal else None,
-                "minimal_scenario": str(self.scenario_path) if self.scenario_path else None,
-                "replay": self.replay_command(), "examples": [e.to_json() for e in self.examples]}
 
 
 class _Stop(BaseException):
@@ -291,6 +230,4 @@ class Explorer:
         return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).digest()
 
     def _write_minimal(self, example: Example) -> Path:
-        from chaos.explore.minimal import write_minimal
-
-        return write_minimal(self, example)
+        return write_minimal(self.base, self.out_dir, self.seed, self.command, len(self.examples), example)

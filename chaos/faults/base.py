@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from chaos.backends.base import Backend
 from chaos.manifest import Manifest
-from chaos.workers import WorkerTable
+from chaos.worker_table import WorkerTable
 
 
 @dataclass

@@ -22,7 +22,6 @@ import hashlib
 import shutil
 from typing import Any
 
-from chaos.backends.base import NodeNet
 from chaos.errors import CapabilityError, ChaosError
 from chaos.faults.base import FaultEnv
 from chaos.net import tc
@@ -36,6 +35,7 @@ from chaos.net.iptables import (
     remove_chain,
 )
 from chaos.net.netns import Netns, can_enter_namespaces
+from chaos.net.node import NodeNet
 from chaos.scenario import BandwidthFault, DelayFault, LossFault, PartitionFault
 
 NetworkSpec = DelayFault | LossFault | BandwidthFault | PartitionFault

@@ -25,7 +25,7 @@ def init_job(words: list[str], out_path: Path, *, backend: str = "local", runs_d
 
     from chaos.init.run import InitError, learn
     from chaos.init.template import plan, render
-    from chaos.loader import load_scenario
+    from chaos.load.loader import load_scenario
 
     if out_path.exists() and not force:
         raise InitError(f"--output={out_path} exists; give another path with --output, or --force to overwrite it")

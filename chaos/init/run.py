@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.blackbox.command import CommandError, parse_command
 from chaos.errors import ChaosError
 from chaos.init.files import Candidate, DirWatch, Seen, checkpoints
 from chaos.init.lines import LineProposal, propose, read_rank_lines
+from chaos.scenario.command import CommandError, parse_command
 
 NOTHING = "{run_dir}/.chaos-init-watches-no-file"  # blackbox.checkpoints of the learning run: no file tests
 TAIL_LINES = 12
@@ -80,7 +80,7 @@ def learning_scenario(words: list[str], script: Path, nproc: int, max_restarts: 
                       deadline_s: float, cwd: str | None) -> Any:
     """The scenario of the learning run: the command as given (its script absolute), no faults, a
     black-box section that reads no lines and tests no file (the lines are read afterwards)."""
-    from chaos.loader import scenario_from_dict
+    from chaos.load.loader import scenario_from_dict
 
     cmd = parse_command(words)
     at = len(words) - len(cmd.args) - 1
@@ -131,7 +131,7 @@ def learn(words: list[str], *, backend: str = "local", runs_dir: Path | None = N
 
     Raises :class:`InitError` for a bad command or a job that failed (with its last lines), and
     :class:`~chaos.errors.ScenarioError` / :class:`~chaos.errors.CapabilityError` as ``chaos run`` does."""
-    from chaos.runner import run_scenario
+    from chaos.run.runner import run_scenario
 
     if not words:
         raise InitError("command=(none): give the job's command after --, e.g. chaos init -- torchrun "

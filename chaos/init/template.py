@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.blackbox.command import parse_command
 from chaos.init.files import Candidate
 from chaos.init.lines import LineProposal
 from chaos.scenario import BLACKBOX_DEFAULT_CHECKS, BlackboxSpec, Trigger
+from chaos.scenario.command import parse_command
 
 KILLS = 2  # the schedule's kills: each is one restart
 PAUSE_S = 3.0

@@ -13,10 +13,10 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from chaos.backends.base import NodeNet
 from chaos.errors import ChaosError
 from chaos.net.delayer import find_delayers, stop_pid
 from chaos.net.iptables import run_prefix
+from chaos.net.node import NodeNet
 
 NETNS_DIR = "/run/netns"
 

@@ -77,7 +77,7 @@ class TargetShape:
         if isinstance(target, TargetShape):
             return target
         if isinstance(target, str | Path):
-            from chaos.loader import load_scenario
+            from chaos.load.loader import load_scenario
 
             target = load_scenario(target)
         if not isinstance(target, Scenario):

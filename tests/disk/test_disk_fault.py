@@ -17,7 +17,7 @@ from chaos.errors import ChaosError
 from chaos.faults.base import FaultEnv
 from chaos.faults.disk import Disk
 from chaos.scenario import DiskFault
-from chaos.workers import WorkerTable
+from chaos.worker_table import WorkerTable
 from tests.disk.conftest import make_mount
 
 TRIGGER = {"at_time_s": 0}

@@ -20,7 +20,7 @@ from chaos.net import measure
 from chaos.net.iptables import chaos_chains
 from chaos.net.netns import Netns
 from chaos.scenario import BandwidthFault, DelayFault, DockerBackendSpec, LossFault
-from chaos.workers import WorkerTable
+from chaos.worker_table import WorkerTable
 from tests.conftest import SCENARIOS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos(requires=["torch", "sklearn", "docker", "iptables"])]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chaos.blackbox.logs import LineParser
+from chaos.observe.logs import LineParser
 from tests.conftest import REPO, leftover_processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos(requires=["torch"])]

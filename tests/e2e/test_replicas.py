@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from chaos.derive import derive_scenario
-from chaos.runner import run_scenario
+from chaos.load.derive import derive_scenario
+from chaos.run.runner import run_scenario
 from tests.conftest import REPO, SCENARIOS, leftover_processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos(requires=["torch"])]

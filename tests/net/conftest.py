@@ -20,7 +20,7 @@ import pytest
 
 from chaos.faults.base import FaultEnv
 from chaos.net.lab import NetLab
-from chaos.workers import WorkerTable
+from chaos.worker_table import WorkerTable
 
 TOOLS = ("ip", "tc", "iptables", "nsenter", "unshare")
 

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from chaos.blackbox.files import QUIET_S, FileWatch, LoadTester
-from chaos.blackbox.loadable import command_test, function_test, torch_load
-from chaos.blackbox.logs import LineParser, LogTail, brief, is_error
-from chaos.blackbox.triggers import CheckpointMatcher, LogMatcher
-from chaos.blackbox.workers import WorkerScan
+from chaos.logtext import brief, is_error
+from chaos.observe.files import QUIET_S, FileWatch, LoadTester
+from chaos.observe.loadable import command_test, function_test, torch_load
+from chaos.observe.logs import LineParser, LogTail
+from chaos.observe.procs import WorkerScan
+from chaos.observe.triggers import CheckpointMatcher, LogMatcher
 from chaos.scenario import Trigger
 
 EPOCH = r"\[GPU\d+\] Epoch (?P<epoch>\d+) \| Batchsize"
@@ -215,9 +216,9 @@ def test_observer_reports_a_checkpoint_left_before_the_job_as_present_not_create
     # a checkpoint path outside the run directory may hold an earlier run's file: no `created` trigger fires on it
     import torch
 
-    from chaos.blackbox.observer import Observer
-    from chaos.blackbox.spec import BlackboxSpec
     from chaos.history import RunnerLog
+    from chaos.observe.observer import Observer
+    from chaos.scenario.blackbox import BlackboxSpec
 
     torch.save({"EPOCHS_RUN": 2}, tmp_path / "snapshot.pt")
 

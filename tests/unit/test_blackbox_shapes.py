@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from chaos.blackbox.logs import LineParser
-from chaos.blackbox.spec import BlackboxSpec
 from chaos.checks import CheckContext, run_check
 from chaos.history import History
+from chaos.observe.logs import LineParser
+from chaos.scenario.blackbox import BlackboxSpec
 
 CKPT = "/run/ckpt.pt"
 KILL = "kill rank 0 with SIGKILL when rank 0 prints /saving checkpoint/"
@@ -266,7 +266,7 @@ def test_a_worker_seen_from_its_create_time_is_not_placed_before_it_was_spawned(
 
     import psutil
 
-    from chaos.blackbox.observer import boot_time_error
+    from chaos.observe.observer import boot_time_error
 
     before = time.time()
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
@@ -280,7 +280,7 @@ def test_a_worker_seen_from_its_create_time_is_not_placed_before_it_was_spawned(
 
 
 def test_lines_carry_the_time_of_the_tick_that_read_them(tmp_path):
-    from chaos.blackbox.logs import LogTail
+    from chaos.observe.logs import LogTail
 
     worker = tmp_path / "attempt_0" / "0"
     worker.mkdir(parents=True)

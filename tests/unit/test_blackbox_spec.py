@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from chaos import load_scenario
-from chaos.blackbox.command import CommandError, conflicts, parse_command
 from chaos.scenario import BLACKBOX_DEFAULT_CHECKS
+from chaos.scenario.command import CommandError, conflicts, parse_command
 from tests.unit.test_loader import problems, write
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,7 +161,7 @@ schedule:
 
 
 def test_a_command_target_round_trips_through_its_data_with_the_script_made_absolute(tmp_path: Path) -> None:
-    from chaos.loader import scenario_from_dict
+    from chaos.load.loader import scenario_from_dict
 
     s = load_scenario(REPO / "scenarios" / "blackbox-tutorial.yaml")
     data = s.to_data()

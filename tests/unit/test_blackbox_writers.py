@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from chaos.blackbox.files import open_for_writing
 from chaos.checks import CheckContext, Verdict, run_check
 from chaos.history import History
+from chaos.observe.files import open_for_writing
 
 SNAP = "/run/snapshot.pt"
 BOX = {"checkpoints": ["snapshot.pt"], "counter": "epoch", "progress": True, "saved": True, "settle_s": 0.3,
@@ -85,9 +85,9 @@ def test_observer_records_the_ranks_that_hold_one_checkpoint_file_open_for_writi
 
     import psutil
 
-    from chaos.blackbox.observer import Observer
-    from chaos.blackbox.spec import BlackboxSpec
     from chaos.history import RunnerLog
+    from chaos.observe.observer import Observer
+    from chaos.scenario.blackbox import BlackboxSpec
 
     snap = tmp_path / "snapshot.pt"
     agent = subprocess.Popen([sys.executable, "-c", AGENT, str(snap), "0,1"])

@@ -12,18 +12,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from chaos.blackbox.files import FileState, FileWatch, LoadTester, disk_settle_s
-from chaos.blackbox.loadable import command_test, cross_check, load_test, torch_load
-from chaos.blackbox.spec import BlackboxSpec
 from chaos.checks import CheckContext, run_check
-from chaos.ckptwatch import CheckpointWatcher, verify
 from chaos.dcpcheck import dcp_problem, is_dcp, item_offsets
 from chaos.disk.rules import Rule
 from chaos.faults.base import FaultEnv
 from chaos.faults.checkpoint import CheckpointDamage
 from chaos.history import History, RunnerLog
+from chaos.observe.files import FileState, FileWatch, LoadTester, disk_settle_s
+from chaos.observe.loadable import command_test, cross_check, load_test, torch_load
+from chaos.run.ckptwatch import CheckpointWatcher, verify
 from chaos.scenario import CheckpointFault
-from chaos.workers import WorkerTable
+from chaos.scenario.blackbox import BlackboxSpec
+from chaos.worker_table import WorkerTable
 
 
 def dcp_save(path: Path, width: int = 64) -> dict:

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from chaos.checks import CheckContext, run_check
-from chaos.ckptwatch import verify
 from chaos.faults.base import FaultEnv
 from chaos.faults.checkpoint import CheckpointDamage
 from chaos.history import History
+from chaos.run.ckptwatch import verify
 from chaos.scenario import CheckpointFault
-from chaos.workers import WorkerTable
+from chaos.worker_table import WorkerTable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "targets"))
 import dircheckpoint  # noqa: E402

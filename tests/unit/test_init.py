@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from chaos.blackbox.logs import LineParser
 from chaos.history import History
 from chaos.init.files import Candidate, DirWatch, Seen, checkpoints
 from chaos.init.lines import build_regex, propose, split_line, templates
 from chaos.init.run import Learned
 from chaos.init.template import pattern_of, plan, render
-from chaos.loader import load_scenario, scenario_from_dict
+from chaos.load.loader import load_scenario, scenario_from_dict
+from chaos.observe.logs import LineParser
 from chaos.timeline.data import extract_tracks
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,12 +18,12 @@ from rich.console import Console
 from chaos.checks.base import Verdict
 from chaos.cli import main
 from chaos.explore.display import ExploreDisplay, print_explore_result
-from chaos.explore.engine import Example, ExploreResult
-from chaos.loader import load_scenario
+from chaos.explore.examples import Example, ExploreResult
+from chaos.load.loader import load_scenario
 from chaos.progress import LiveProgress
-from chaos.report import print_result
-from chaos.runner import RunResult
 from chaos.strategies.schedules import Schedule
+from chaos.verdicts.result import RunResult
+from chaos.verdicts.table import print_result
 from tests.conftest import SCENARIOS
 
 GLOO = ("[E1201 12:00:01.123 ProcessGroupGloo.cpp:144] [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "

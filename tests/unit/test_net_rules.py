@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from chaos.backends.base import NodeNet
 from chaos.errors import CapabilityError, ChaosError
 from chaos.faults import network
 from chaos.faults.base import FaultEnv
@@ -18,8 +17,9 @@ from chaos.net import iptables, tc
 from chaos.net.delayer import DelayDraw
 from chaos.net.iptables import chain_name, loss_rules, nfqueue_rules, partition_rules
 from chaos.net.netns import Netns
+from chaos.net.node import NodeNet
 from chaos.scenario import BandwidthFault, DelayFault, LossFault, PartitionFault
-from chaos.workers import WorkerTable
+from chaos.worker_table import WorkerTable
 
 TRIGGER = {"at_time_s": 1}
 

@@ -17,8 +17,9 @@ import yaml
 from chaos.checks.base import Reference
 from chaos.errors import RunDirError
 from chaos.history import load_journal
-from chaos.junit import junit_xml
-from chaos.rejudge import rejudge, render_report
+from chaos.run.rejudge import rejudge
+from chaos.verdicts.conclude import render_report
+from chaos.verdicts.junit import junit_xml
 from tests.conftest import REPO
 from tests.unit.test_checks import STEPS, kill_run, params
 

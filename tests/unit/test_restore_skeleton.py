@@ -120,7 +120,7 @@ def test_recovery_reports_the_slowest_and_fails_past_max_s() -> None:
 
 def test_probe_and_blackbox_restore_checks_use_the_skeleton_and_keep_the_layers() -> None:
     """One skeleton, two users; the probe side (chaos/checks) never imports the black-box side."""
-    for rel in ("chaos/checks/restore.py", "chaos/blackbox/checks/restore.py"):
+    for rel in ("chaos/checks/restore.py", "chaos/checks/blackbox/restore.py"):
         tree = ast.parse((ROOT / rel).read_text())
         imported = {(node.module, a.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                     for a in node.names}
@@ -130,4 +130,4 @@ def test_probe_and_blackbox_restore_checks_use_the_skeleton_and_keep_the_layers(
         tree = ast.parse((ROOT / rel).read_text())
         modules = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | \
             {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
-        assert not any(m and m.startswith("chaos.blackbox") for m in modules), rel
+        assert not any(m and m.startswith("chaos.observe") for m in modules), rel

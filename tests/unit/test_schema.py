@@ -13,9 +13,9 @@ from pydantic import BaseModel
 
 from chaos import ScenarioError, load_scenario
 from chaos.cli import main
-from chaos.derive import apply_sets, parse_set
+from chaos.load.derive import apply_sets, parse_set
+from chaos.load.schema import field_problem, markdown, scenario_schema
 from chaos.scenario import Scenario
-from chaos.schema import field_problem, markdown, scenario_schema
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "scenario-fields.md"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from chaos import load_scenario
 from chaos.errors import StrategyError
-from chaos.loader import scenario_from_dict
+from chaos.load.loader import scenario_from_dict
 from chaos.scenario import Scenario
 from chaos.strategies import GatePoint, Schedule, TargetShape, kills, schedules
 from chaos.strategies.schedules import gate_key, restarts_needed

@@ -13,9 +13,9 @@ import pytest
 from chaos import ScenarioError, scenario_from_dict
 from chaos.backends.base import LaunchSpec
 from chaos.backends.torchrun import agent_env
-from chaos.blackbox.spec import resolve_pattern
-from chaos.reference import job_sources, reference_key
+from chaos.run.reference import job_sources, reference_key
 from chaos.scenario import LocalBackendSpec, python_of, work_dir_of
+from chaos.scenario.blackbox import resolve_pattern
 
 REPO = Path(__file__).resolve().parents[2]
 SELFDIR = REPO / "targets" / "selfdir"
@@ -232,7 +232,7 @@ def test_options_chaos_replaces_in_the_users_command_are_named_with_what_it_uses
 
 
 def test_what_a_reference_run_wrote_in_the_jobs_own_directory_is_set_aside(tmp_path: Path) -> None:
-    from chaos.reference import files_under, set_aside
+    from chaos.run.reference import files_under, set_aside
 
     root = job(tmp_path)
     cache = root / ".cache"
@@ -256,7 +256,7 @@ def test_what_a_reference_run_wrote_in_the_jobs_own_directory_is_set_aside(tmp_p
 def test_a_checkpoint_left_in_the_jobs_own_directory_is_named_before_the_run(tmp_path: Path) -> None:
     """With target.cwd: script an earlier run's snapshot.pt stays there, and a job that resumes from what it
     finds trains nothing (found by a fresh-user trial): say so before the run."""
-    from chaos.notes import leftover_checkpoints, run_notes
+    from chaos.load.notes import leftover_checkpoints, run_notes
 
     d = job(tmp_path)
     data = scenario(d / "train.py", cwd="script", blackbox={"checkpoints": "snapshot.pt"})

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.blackbox.checks.view import kills
 from chaos.checks import CheckContext
+from chaos.checks.blackbox.view import kills
 from chaos.checks.restores import restart_budget, restores
 from chaos.history import History
 from tests.unit.test_checks import (

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from chaos.blackbox.triggers import WriteMatcher
 from chaos.checks.base import CheckContext
 from chaos.checks.completion import faults_fired
 from chaos.checks.midwrite import landings, missed
 from chaos.disk.hold import WriteHolds
 from chaos.disk.rules import Rule, candidates, dumps_rules, loads_rules
 from chaos.history import History
+from chaos.observe.triggers import WriteMatcher
 from chaos.scenario import Trigger
 
 

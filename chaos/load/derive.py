@@ -1,0 +1,145 @@
+"""A scenario derived from another: settings overridden, target arguments appended, schedule replaced.
+
+What the pytest fixture's ``overrides``/``extra_args``/``schedule`` and ``chaos explore
+--target-args`` do, in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from chaos.errors import ChaosError
+from chaos.load.loader import load_scenario, scenario_from_dict
+from chaos.scenario import NodesSpec, Scenario
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` merged into ``base``: dicts merge key by key, other values replace."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def derive_scenario(scenario: str | Path | Scenario | dict[str, Any], overrides: dict[str, Any] | None = None,
+                    extra_args: Iterable[str] = (), schedule: Iterable[Any] | None = None) -> Scenario:
+    """``scenario`` (a YAML path, a Scenario or scenario data) with ``overrides`` merged into its data,
+    ``extra_args`` appended to the target's arguments and, if given, ``schedule`` (fault specs, dicts,
+    or a :class:`~chaos.strategies.Schedule`) as its schedule. Switching ``backend.kind`` keeps the
+    settings every backend shares (nodes, rendezvous, …). Raises :class:`~chaos.errors.ScenarioError`."""
+    extra = list(extra_args)
+    if not overrides and not extra and schedule is None:
+        if isinstance(scenario, Scenario):
+            return scenario
+        if isinstance(scenario, str | Path):
+            return load_scenario(scenario)
+    source: Path | None = None
+    if isinstance(scenario, Scenario):
+        data, source = scenario.to_data(), scenario.source
+    elif isinstance(scenario, str | Path):
+        source = Path(scenario)
+        data = load_scenario(source).to_data()
+    else:
+        data = dict(scenario)
+    new_kind = ((overrides or {}).get("backend") or {}).get("kind")
+    if new_kind and isinstance(data.get("backend"), dict) and data["backend"].get("kind") != new_kind:
+        data["backend"] = {k: v for k, v in data["backend"].items() if k in NodesSpec.model_fields}
+    data = merge(data, overrides or {})
+    if extra:
+        data["target"] = {**data["target"], "args": [*data["target"].get("args", []), *extra]}
+    if schedule is not None:
+        data["schedule"] = [s if isinstance(s, dict) else s.model_dump(mode="json") for s in schedule]
+    return scenario_from_dict(data, source=source)
+
+
+def parse_set(item: str) -> tuple[list[str], Any]:
+    """``KEY=VALUE`` of ``--set``: the dotted key's parts and the value parsed as YAML (``5`` is a
+    number, ``[a, b]`` a list, ``null`` none). Raises :class:`~chaos.errors.ScenarioError` naming the
+    item and the fix for a malformed item or a key that names no scenario field."""
+    import yaml
+
+    from chaos.errors import ScenarioError
+    from chaos.load.schema import field_problem
+
+    key, eq, text = item.partition("=")
+    key = key.strip()
+    parts = key.split(".")
+    if not eq or not key or not all(parts):
+        raise ScenarioError([f"--set {item!r} must be KEY=VALUE with a dotted KEY; use e.g. --set backend.kind=docker "
+                             "or --set schedule.0.trigger.at_step=5"])
+    problem = field_problem(parts)
+    if problem:
+        raise ScenarioError([f"--set {item!r}: {problem}"])
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as exc:
+        raise ScenarioError([f"--set {item!r}: the value is not valid YAML ({exc}); quote it, e.g. "
+                             f"--set '{key}=\"...\"'"]) from None
+    return parts, value
+
+
+def _assign(data: Any, parts: list[str], value: Any, item: str) -> None:
+    from chaos.errors import ScenarioError
+
+    *path, last = parts
+    node = data
+    for i, part in enumerate([*path, last]):
+        at = ".".join(parts[:i + 1])
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ScenarioError([f"--set {item!r}: {at} is past the end of {'.'.join(parts[:i])} "
+                                     f"({len(node)} item(s)); use an index in 0..{len(node) - 1}" if node else
+                                     f"--set {item!r}: {'.'.join(parts[:i])} is empty; add its items in the "
+                                     "scenario file"])
+            index: Any = int(part)
+        elif isinstance(node, dict):
+            index = part
+        else:
+            raise ScenarioError([f"--set {item!r}: {'.'.join(parts[:i])} is {node!r}, not a mapping; set it whole, "
+                                 f"e.g. --set {'.'.join(parts[:i])}={{...}}"])
+        if i == len(parts) - 1:
+            node[index] = value
+        else:
+            if isinstance(node, dict) and not isinstance(node.get(index), dict | list):
+                node[index] = {}
+            node = node[index]
+
+
+def _raw_data(scenario: Scenario) -> Any:
+    """The scenario's data as its file has it (shorthands, omitted defaults), else :meth:`Scenario.to_data`."""
+    import yaml
+
+    if scenario.source is not None:
+        try:
+            data = yaml.safe_load(scenario.source.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and scenario_from_dict(data, source=scenario.source) == scenario:
+                return data
+        except (OSError, yaml.YAMLError, ValueError, ChaosError):
+            pass
+    return scenario.to_data()
+
+
+def apply_sets(scenario: Scenario, items: Iterable[str]) -> Scenario:
+    """``scenario`` with each ``--set KEY=VALUE`` of ``items`` applied in order (see :func:`parse_set`)
+    and validated as a scenario file is. Setting ``backend.kind`` to another backend keeps the settings
+    every backend shares. The result's :meth:`~chaos.scenario.Scenario.to_data` (the run's
+    ``scenario.yaml``) holds the new values, so a replay reproduces them. Raises
+    :class:`~chaos.errors.ScenarioError` naming the ``--set`` and the fix."""
+    from chaos.errors import ScenarioError
+
+    items = list(items)
+    if not items:
+        return scenario
+    data = _raw_data(scenario)
+    for item in items:
+        parts, value = parse_set(item)
+        if parts == ["backend", "kind"] and isinstance(data.get("backend"), dict) and data["backend"].get("kind") != value:
+            data["backend"] = {k: v for k, v in data["backend"].items() if k in NodesSpec.model_fields}
+        _assign(data, parts, value, item)
+    try:
+        return scenario_from_dict(data, source=scenario.source)
+    except ScenarioError as exc:
+        sets = " ".join(f"--set {i}" for i in items)
+        raise ScenarioError([f"with {sets}: {p}" for p in exc.problems], exc.source) from None

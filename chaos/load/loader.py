@@ -1,0 +1,308 @@
+"""Read and validate scenarios: YAML (safe loading only) → :class:`~chaos.scenario.Scenario`.
+
+Validation is complete before anything runs: every problem is collected and reported at once,
+each as ``file:line: field=value must …; use … instead`` (the style of Hypothesis's errors).
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from chaos.errors import ScenarioError
+from chaos.load.schema import suggestion
+from chaos.scenario import ARG_PLACEHOLDERS, NETWORK_FAULTS, Scenario
+from chaos.scenario.blackbox import MISSING_HINTS
+from chaos.scenario.target_env import target_env_problems
+from chaos.scenario.validate_blackbox import blackbox_problems
+
+FAULT_NAMES = ("kill", "gradient", "parameter", "pause", "node-crash", "node-restart", *NETWORK_FAULTS, "disk",
+               "checkpoint")
+BACKEND_NAMES = ("local", "netns", "docker")
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Load and fully validate the scenario file at ``path``.
+
+    Raises :class:`~chaos.errors.ScenarioError` listing every problem (file and line included).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError([f"cannot read the scenario file: {exc.strerror}; check the path"], str(path)) from exc
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError([f"not valid YAML: {exc}"], str(path)) from exc
+    return scenario_from_dict(data, source=path, _node=root)
+
+
+def scenario_from_dict(data: Any, source: str | Path | None = None, _node: Any = None) -> Scenario:
+    """Validate a scenario given as plain data (what a YAML file holds).
+
+    ``source`` is the file it came from (relative paths resolve against its directory; without it,
+    against the current directory). Raises :class:`~chaos.errors.ScenarioError`.
+    """
+    src = str(source) if source is not None else None
+    if not isinstance(data, dict):
+        raise ScenarioError(["the scenario must be a mapping with at least `name` and `target`"], src)
+    base_dir = Path(source).resolve().parent if source is not None else Path.cwd()
+    problems = semantic_problems(data, base_dir, _node)
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        problems += [_describe(err, _node, data) for err in exc.errors()]
+    if problems:
+        raise ScenarioError(sorted(dict.fromkeys(problems), key=_line_key), src)
+    if source is not None:
+        scenario._source = Path(source).resolve()
+    return scenario
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
+    """Problems that need more than one field to see (a step past the job's end, a rank past the
+    world size, an unknown check, a missing script), found on the raw data so that they are reported
+    together with type errors. Fields that are themselves invalid are skipped here."""
+    from chaos.checks import CHECKS
+
+    out: list[str] = []
+
+    def at(loc: tuple[Any, ...]) -> str:
+        line = _line_of(node, loc)
+        return f"line {line}: " if line else ""
+
+    data = _dict(data)
+    target, backend = _dict(data.get("target")), _dict(data.get("backend"))
+    script = target.get("script")
+    if isinstance(script, str) and not (base_dir / script).is_file():
+        out.append(
+            f"{at(('target', 'script'))}target.script={script!r} must be an existing file; "
+            f"resolved to {(base_dir / script).resolve()}, which does not exist (paths are relative to the scenario file)"
+        )
+    for key in ("args", "command"):
+        args = target.get(key)
+        for i, arg in enumerate(args if isinstance(args, list) else []):
+            try:
+                str(arg).format(**{k: "" for k in ARG_PLACEHOLDERS})
+            except (KeyError, IndexError, ValueError) as exc:
+                out.append(
+                    f"{at(('target', key, i))}target.{key}[{i}]={arg!r} has an unknown placeholder {exc}; "
+                    f"use one of {{{'}, {'.join(ARG_PLACEHOLDERS)}}} (double the braces for a literal brace)"
+                )
+    out += blackbox_problems(data, base_dir, at)
+    out += target_env_problems(data, base_dir, at)
+    steps = _int(target.get("steps"))
+    every = _int(target.get("checkpoint_every"))
+    nodes = _int(backend.get("nodes", 1))
+    nproc = _int(backend.get("nproc_per_node", 2))
+    world = nodes * nproc if nodes and nproc else None
+    deadline = data.get("deadline_s", 300.0)
+    schedule = data.get("schedule")
+    kind = backend.get("kind", "local")
+    for i, fault in enumerate(schedule if isinstance(schedule, list) else []):
+        loc: tuple[Any, ...] = ("schedule", i)
+        fault = _dict(fault)
+        fault_name = fault.get("fault")
+        if fault_name in NETWORK_FAULTS and kind == "local":
+            out.append(
+                f"{at(loc + ('fault',))}schedule[{i}].fault={fault_name!r} needs nodes with a network of their own, "
+                "which backend.kind='local' does not have; use backend: {kind: netns} (root) or {kind: docker}"
+            )
+        node_fields: list[tuple[tuple[Any, ...], Any]] = [(("node",), fault.get("node"))]
+        between = fault.get("between")
+        for s_i, side in enumerate(between if isinstance(between, list) else []):
+            for n_i, value in enumerate(side if isinstance(side, list) else []):
+                node_fields.append((("between", s_i, n_i), value))
+        for where_n, value in node_fields:
+            value = _int(value)
+            if value is not None and nodes is not None and value >= nodes:
+                out.append(
+                    f"{at(loc + where_n)}schedule[{i}].{_fmt_loc(where_n)}={value} must be less than "
+                    f"backend.nodes={nodes}; use a node in 0..{nodes - 1}"
+                )
+        trig, sel = _dict(fault.get("trigger")), _dict(fault.get("select"))
+        at_step, at_time = _int(trig.get("at_step")), trig.get("at_time_s")
+        if at_step is not None and steps is not None and at_step > steps:
+            out.append(
+                f"{at(loc + ('trigger', 'at_step'))}schedule[{i}].trigger.at_step={at_step} must be at most "
+                f"target.steps={steps} (the job's last step); use a step in 1..{steps}"
+            )
+        event = trig.get("on_event", "step")
+        if (at_step is not None and every and isinstance(event, str) and event.startswith("checkpoint_")
+                and at_step % every and at_step != steps):
+            out.append(
+                f"{at(loc + ('trigger', 'at_step'))}schedule[{i}].trigger.at_step={at_step} with on_event={event} "
+                f"can never fire: checkpoints are saved every {every} steps; use a multiple of {every}"
+            )
+        if isinstance(at_time, int | float) and isinstance(deadline, int | float) and at_time >= deadline:
+            out.append(
+                f"{at(loc + ('trigger', 'at_time_s'))}schedule[{i}].trigger.at_time_s={at_time:g} must be "
+                f"less than deadline_s={deadline:g}; use an earlier time or a longer deadline"
+            )
+        for key, where in (("rank", ("trigger", "rank")), ("rank", ("select", "rank"))):
+            value = _int((trig if where[0] == "trigger" else sel).get(key))
+            if value is not None and world is not None and value >= world:
+                out.append(
+                    f"{at(loc + where)}schedule[{i}].{where[0]}.rank={value} must be less than the world size "
+                    f"{world} (backend.nodes × backend.nproc_per_node); use a rank in 0..{world - 1}"
+                )
+        for key in ("node", "agent"):
+            value = _int(sel.get(key))
+            if value is not None and nodes is not None and value >= nodes:
+                out.append(
+                    f"{at(loc + ('select', key))}schedule[{i}].select.{key}={value} must be less than "
+                    f"backend.nodes={nodes}; use a node in 0..{nodes - 1}"
+                )
+    checks = data.get("checks")
+    names: list[str] = []
+    name: Any
+    params: Any
+    for i, item in enumerate(checks if isinstance(checks, list) else []):
+        if isinstance(item, str):
+            name, params = item, {}
+        elif isinstance(item, dict) and len(item) == 1 and "name" not in item:
+            (name, params), = item.items()
+        elif isinstance(item, dict):
+            name, params = item.get("name"), item.get("params") or {}
+        else:
+            continue
+        if not isinstance(name, str):
+            continue
+        names.append(name)
+        if name not in CHECKS:
+            hint = difflib.get_close_matches(name, CHECKS, n=1)
+            use = f"did you mean {hint[0]!r}? " if hint else ""
+            out.append(f"{at(('checks', i))}checks[{i}]={name!r} is not a known check; {use}"
+                       f"use one of: {', '.join(sorted(CHECKS))}")
+        elif isinstance(params, dict):
+            problem = CHECKS[name].param_problem(params)
+            if problem:
+                out.append(f"{at(('checks', i))}checks[{i}] ({name}): {problem}")
+    if "checks" in data and "progress_lost" in names and every is None:
+        lost = next((c["progress_lost"] for c in checks if isinstance(c, dict) and "progress_lost" in c), None)
+        if not (isinstance(lost, dict) and "max_steps" in lost):
+            out.append(f"{at(('checks',))}checks: progress_lost needs target.checkpoint_every or "
+                       "`progress_lost: {max_steps: N}`; add one of them")
+    return out
+
+
+# -- pydantic error → message ------------------------------------------------------------------
+def _describe(err: Any, node: Any, data: Any) -> str:
+    loc = tuple(err["loc"])
+    kind = err["type"]
+    clean = _clean_loc(loc, data)
+    field = _fmt_loc(clean)
+    line = _line_of(node, clean)
+    where = f"line {line}: " if line else ""
+    value = err.get("input")
+    if kind == "union_tag_invalid":
+        tag = err["ctx"]["discriminator"].strip("'")
+        given = err["ctx"]["tag"]
+        known = FAULT_NAMES if tag == "fault" else BACKEND_NAMES
+        sub = f"{field}.{tag}" if field else tag
+        where = f"line {_line_of(node, clean + (tag,)) or line}: " if (line or _line_of(node, clean + (tag,))) else ""
+        hint = difflib.get_close_matches(str(given), known, n=1)
+        use = f"did you mean {hint[0]!r}? " if hint else ""
+        what = "fault" if tag == "fault" else "backend"
+        return f"{where}{sub}={given!r} is not a known {what}; {use}use one of: {', '.join(known)}"
+    if kind == "union_tag_not_found":
+        tag = err["ctx"]["discriminator"].strip("'")
+        known = FAULT_NAMES if tag == "fault" else BACKEND_NAMES
+        return f"{where}{field}.{tag} is missing; add `{tag}:` (one of: {', '.join(known)})"
+    if kind == "missing":
+        return f"{where}{field} is missing; add it{MISSING_HINTS.get(field, '')}"
+    if kind == "extra_forbidden":
+        parent = clean[:-1]
+        near = suggestion([str(k) for k in clean])
+        return (f"{where}{field} is not a field{(' of ' + _fmt_loc(parent)) if parent else ''}; "
+                + (f"did you mean {near.rsplit('.', 1)[-1]!r}? " if near else "") + "remove it or fix its spelling")
+    if kind == "literal_error":
+        return f"{where}{field}={value!r} must be {err['ctx']['expected']}; use one of those instead"
+    if kind == "value_error":
+        msg = err["msg"].removeprefix("Value error, ")
+        return f"{where}{field or 'scenario'}: {msg}"
+    if kind == "string_pattern_mismatch":
+        return (f"{where}{field}={value!r} must be letters, digits, '-', '_' or '.', starting with a letter "
+                f"or digit; use a name like 'kill-worker'")
+    ctx = err.get("ctx") or {}
+    simple = {
+        "int_parsing": "a whole number", "int_type": "a whole number", "int_from_float": "a whole number",
+        "float_parsing": "a number", "float_type": "a number", "bool_parsing": "true or false",
+        "bool_type": "true or false", "string_type": "a string", "list_type": "a list",
+        "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
+        "greater_than": f"greater than {ctx.get('gt')}", "greater_than_equal": f"at least {ctx.get('ge')}",
+        "less_than": f"less than {ctx.get('lt')}", "less_than_equal": f"at most {ctx.get('le')}",
+    }
+    if kind in simple:
+        return f"{where}{field}={value!r} must be {simple[kind]}; use such a value instead"
+    msg = err["msg"][0].lower() + err["msg"][1:]
+    return f"{where}{field}={value!r} is invalid: {msg}"
+
+
+def _clean_loc(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
+    """Drop the discriminator tags pydantic inserts (``schedule.0.kill.select`` → ``schedule.0.select``)."""
+    out: list[Any] = []
+    cur = data
+    for part in loc:
+        if isinstance(cur, dict) and part not in cur and isinstance(part, str) and part in FAULT_NAMES + BACKEND_NAMES:
+            continue
+        out.append(part)
+        if isinstance(cur, dict):
+            cur = cur.get(part)
+        elif isinstance(cur, list) and isinstance(part, int) and part < len(cur):
+            cur = cur[part]
+        else:
+            cur = None
+    return tuple(out)
+
+
+def _fmt_loc(loc: tuple[Any, ...]) -> str:
+    s = ""
+    for part in loc:
+        s += f"[{part}]" if isinstance(part, int) else (f".{part}" if s else str(part))
+    return s
+
+
+def _line_of(node: Any, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the YAML node at ``loc`` (the deepest one that exists)."""
+    if node is None:
+        return None
+    best = node.start_mark.line + 1
+    for part in loc:
+        nxt = None
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == part:
+                    best = key.start_mark.line + 1
+                    nxt = value
+                    break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            nxt = node.value[part]
+            best = nxt.start_mark.line + 1
+        if nxt is None:
+            break
+        node = nxt
+    return best
+
+
+def _line_key(problem: str) -> tuple[int, str]:
+    if problem.startswith("line "):
+        try:
+            return int(problem[5:].split(":", 1)[0]), problem
+        except ValueError:
+            pass
+    return 0, problem

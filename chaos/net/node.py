@@ -1,0 +1,21 @@
+"""A node's network as faults and the lab see it: which namespace to enter, which interface, which address."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NodeNet:
+    """Where a node's network lives, for network faults.
+
+    ``netns_path`` is what ``nsenter --net=<path>`` enters (``/run/netns/<name>`` for the netns
+    backend, ``/proc/<pid>/ns/net`` of the container's init for docker); ``iface`` is the node's
+    interface on the run's network (its qdisc is what ``tc`` changes); ``ip`` its address there.
+    """
+
+    node: int
+    name: str
+    ip: str
+    netns_path: str
+    iface: str

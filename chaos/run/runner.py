@@ -1,0 +1,377 @@
+"""The runner: one execution of a scenario, from launch to verdicts.
+
+Data flows one way: scenario → backend starts nodes → probe events and faults → history (journal)
+→ checks → verdicts. The runner heals first and last, on every exit path (pass, fail, deadline,
+SIGINT, SIGTERM), and a hard deadline turns a hung job into a failed verdict.
+
+Run directory layout (``<runs_dir>/<run_id>/``)::
+
+    scenario.yaml    the validated scenario as run
+    runner.jsonl     the runner's events (agents, faults, deadline, interrupts)
+    events/          one JSONL file per worker process, written by the probe
+    control/         gate go-files (step-accurate triggers)
+    checkpoints/     the target's {checkpoint_dir}
+    logs/            each torchrun agent's output
+    journal.jsonl    the merged history (what checks read; re-checkable later: ``chaos report``)
+    reference.json   the fault-free reference the checks compared with (if any)
+    result.json      verdicts and run status
+    timeline.png     each rank's steps over time with faults, restarts, checkpoints and verdicts
+    report.html      self-contained page: the timeline, the verdicts, the schedule
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from chaos.backends import LaunchSpec, make_backend
+from chaos.checks import CHECKS, Reference
+from chaos.checks.base import REFERENCE_DISABLED
+from chaos.errors import ScenarioError
+from chaos.faults import FaultEnv
+from chaos.history import Event, EventTail, RunnerLog, merge_run_dir
+from chaos.manifest import Manifest, process_start, register_run
+from chaos.observe.observer import Observer as BlackboxObserver
+from chaos.paths import default_runs_dir
+from chaos.run.ckptwatch import CheckpointWatcher
+from chaos.run.ckptwatch import wanted as ckpt_watch_wanted
+from chaos.run.nemesis import Nemesis
+from chaos.run.reference import ReferenceCache
+from chaos.run.rundir import dump_scenario, make_run_dir
+from chaos.run.signals import Interrupted, ignore_signals, install_handlers, restore_handlers
+from chaos.scenario import Scenario
+from chaos.scenario.blackbox import resolve_pattern
+from chaos.timeline import prewarm as prewarm_report
+from chaos.verdicts.conclude import conclude
+from chaos.verdicts.result import RunResult
+from chaos.worker_table import WorkerTable
+
+POLL_S = 0.02
+Observer = Callable[[Event], None]
+
+
+def _fill_args(scenario: Scenario, run_dir: Path) -> list[str]:
+    t = scenario.target
+    values = {"checkpoint_dir": str(run_dir / "checkpoints"), "run_dir": str(run_dir), "steps": t.steps or "",
+              "seed": t.seed, "checkpoint_every": t.checkpoint_every or "",
+              "collective_timeout_s": f"{t.collective_timeout_s:g}" if t.collective_timeout_s else ""}
+    return [a.format(**values) for a in t.launch_args()]
+
+
+def _torchrun_args(scenario: Scenario) -> list[str]:
+    """torchrun options of the target's own: a black-box target's output goes to a file per worker too
+    (``--tee 3``, under the backend's ``--log-dir``), and options passed on from its command."""
+    return (["--tee=3"] if scenario.blackbox is not None else []) + scenario.target.torchrun_extra()
+
+
+def run_scenario(
+    scenario: Scenario,
+    runs_dir: Path | None = None,
+    *,
+    reference: bool = True,
+    cache: ReferenceCache | None = None,
+    observer: Observer | None = None,
+    deadline_s: float | None = None,
+    report: bool = True,
+) -> RunResult:
+    """Run ``scenario`` once and judge it.
+
+    ``reference``: run (or reuse from the cache) a fault-free run of the same job first, if a check
+    needs one. ``observer`` is called with every probe and runner event as it happens (progress
+    display). ``deadline_s`` overrides the scenario's. ``report=False`` skips drawing
+    ``timeline.png`` and ``report.html`` (~0.6 s; ``chaos report RUN_DIR`` draws them later), for
+    callers that run many schedules and keep few. Never leaves a process of the run behind.
+    Raises :class:`~chaos.errors.ChaosError` only for problems found before anything starts
+    (:class:`~chaos.errors.ScenarioError` for a ``deadline_s`` that is not a positive number).
+    """
+    if deadline_s is not None and not (math.isfinite(deadline_s) and deadline_s > 0):
+        raise ScenarioError([f"deadline_s={deadline_s!r}: must be a positive number of seconds"])
+    runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
+    preflight(scenario)
+    ref: Reference | None = None
+    note = "no reference needed"
+    if reference and scenario.blackbox is not None:
+        note = "no reference for a black-box target (it reports no parameters to compare)"
+    elif reference and any(CHECKS[c].needs_reference for c in scenario.check_names() if c in CHECKS):
+        cache = cache or ReferenceCache()
+        if observer:
+            observer({"t": time.time(), "kind": "reference_begin", "source": "runner"})
+        ref, note = cache.get_or_run(scenario, lambda s, d: _reference_run(s, d, deadline_s))
+        if observer:
+            observer({"t": time.time(), "kind": "reference_end", "source": "runner", "note": note})
+    elif not reference:
+        note = REFERENCE_DISABLED
+    return _Run(scenario, runs_dir, observer, deadline_s or scenario.deadline_s, report).execute(ref, note)
+
+
+def preflight(scenario: Scenario) -> None:
+    """Check, before anything starts, that this machine can run the scenario's backend and faults.
+
+    Raises :class:`~chaos.errors.CapabilityError` naming what is missing and the fix or fallback."""
+    with tempfile.TemporaryDirectory(prefix="chaos-preflight-") as tmp:
+        log = RunnerLog(Path(tmp) / "runner.jsonl")
+        try:
+            backend = make_backend(scenario.backend, "preflight", Path(tmp), log)
+            backend.preflight()
+            Nemesis(scenario, FaultEnv(backend, WorkerTable(), "preflight"), log, Path(tmp) / "control").preflight()
+        finally:
+            log.close()
+
+
+def _reference_run(scenario: Scenario, runs_dir: Path, deadline_s: float | None) -> RunResult:
+    result = run_scenario(scenario, runs_dir, reference=False, deadline_s=deadline_s)
+    if result.interrupted:
+        raise KeyboardInterrupt
+    return result
+
+
+class _Run:
+    def __init__(self, scenario: Scenario, runs_dir: Path, observer: Observer | None, deadline_s: float,
+                 report: bool = True) -> None:
+        self.scenario = scenario
+        self.observer = observer
+        self.deadline_s = deadline_s
+        self.report = report
+        self.run_id, self.run_dir = make_run_dir(runs_dir, scenario.name)
+        for sub in ("events", "control", "checkpoints", "logs"):
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        dump_scenario(scenario, self.run_dir / "scenario.yaml")
+        self.log = RunnerLog(self.run_dir / "runner.jsonl")
+        self.manifest = Manifest(self.run_dir)  # what the run sets up, for chaos cleanup after a crash
+        self.backend = make_backend(scenario.backend, self.run_id, self.run_dir, self.log)
+        self.workers = WorkerTable(resolve=self.backend.host_pid)
+        box = scenario.blackbox
+        self.env = FaultEnv(self.backend, self.workers, self.run_id, checkpoint_dir=str(self.run_dir / "checkpoints"),
+                            checkpoint_globs=[resolve_pattern(p, self.run_dir, scenario.work_dir(self.run_dir))
+                                              for p in box.checkpoints] if box else [],
+                            manifest=self.manifest)
+        self.nemesis = Nemesis(scenario, self.env, self.log, self.run_dir / "control")
+        self.blackbox: BlackboxObserver | None = None
+        if box is not None:
+            self.blackbox = BlackboxObserver(box, [f.trigger for f in scenario.schedule], self.backend, self.run_dir,
+                                     scenario.base_dir, self.log, self.env, cwd=scenario.work_dir(self.run_dir),
+                                     watch_writers="exclusive_saves" in scenario.check_names())
+        self.tail = EventTail(self.run_dir / "events")
+        self.max_step: int | None = None
+        self._exit_status: dict[int, str] = {}  # pid → the probe's exit status
+        self._signalled: dict[int, int] = {}  # pid → signal a fault sent it
+        self._exit_reported: set[int] = set()
+        self.hang_bound_s = no_hang_bound(scenario)
+        self.watcher = (CheckpointWatcher(self.run_dir / "checkpoints", self.log)
+                        if ckpt_watch_wanted(scenario.check_names()) else None)
+        self._last_event: dict[int, float] = {}  # id(worker) → time of its newest event
+        self._disk_fs: dict[str, Any] | None = None  # the disk filesystem process, as the manifest has it
+
+    def _notify(self, events: list[Event]) -> None:
+        if self.observer is None:
+            return
+        for e in events:
+            try:
+                self.observer(e)
+            except Exception:  # a broken display must not break the run
+                self.observer = None
+                return
+
+    def _pump(self) -> None:
+        events = self.tail.poll()
+        if self.blackbox is not None:
+            events += self.blackbox.poll()
+        caused: list[Event] = []
+        for e in events:
+            self.workers.observe(e)
+            worker = self.workers.by_rank.get(e.get("rank", -1))
+            if worker is not None and worker.pid == e.get("pid") and e.get("source") != "runner":
+                self._last_event[id(worker)] = e["t"]
+            made = self.nemesis.observe(e)
+            if made is not None:
+                caused.append(made)
+            verified = self.watcher.observe(e) if self.watcher is not None else None
+            if verified is not None:
+                caused.append(verified)
+            if e["kind"] == "step":
+                self.max_step = max(self.max_step or 0, e["step"])
+            elif e["kind"] == "exit":
+                self._exit_status[e["pid"]] = e.get("status", "")
+                prewarm_report()  # while the agents wind down, so the report at the end is quick
+        if self.watcher is not None:
+            latest = self.watcher.poll()
+            if latest is not None:
+                caused.append(latest)
+        self._notify([e for e in events if e["kind"] != "log_line"])
+        self._notify(caused)
+        fired = self.nemesis.tick()
+        if self.blackbox is not None:
+            self.blackbox.after_faults(fired)
+        for e in fired:
+            if e["kind"] == "fault_inject" and e.get("signal"):
+                for pid in e.get("pids", []):
+                    self._signalled[pid] = int(signal.Signals[e["signal"]])
+        self._notify(fired)
+        self._record_worker_exits()
+        for node, code in self.backend.poll():
+            self._notify([{"t": time.time(), "kind": "agent_exit", "source": "runner", "node": node,
+                           "exit_code": code}])
+
+    def _record_worker_exits(self, final: bool = False) -> None:
+        """A ``worker_exit`` event (rank, pid, exit code if known) for each worker process that ended."""
+        codes: dict[int, int] | None = None
+        for w in self.workers.all:
+            if id(w) in self._exit_reported or (not final and self.workers.is_alive(w)):
+                continue
+            if not final and self._exit_status.get(w.pid) == "ok" and w.pid not in self._signalled:
+                # it said it finished, but it may still have died in teardown (SIGABRT); torchrun logs that
+                # code a moment later, so judge it once the run is over and the agent log is complete
+                continue
+            if codes is None:
+                codes = self.backend.worker_exit_codes()
+            code = codes.get(w.pid)
+            if code is None and w.pid in self._signalled:
+                code = -self._signalled[w.pid]
+            if code is None and w.pid in self._exit_status:
+                code = 0 if self._exit_status[w.pid] == "ok" else 1
+            self._exit_reported.add(id(w))
+            self._notify([self.log.record("worker_exit", rank=w.rank, node=w.node, pid=w.pid, restart=w.restart,
+                                          exit_code=code)])
+
+    def _mount_disk(self) -> None:
+        """Mount the disk fault's FUSE filesystem over the checkpoint directory, if the schedule has
+        a disk fault or a trigger that holds a write (before any node starts, so containers see it
+        through their bind mount)."""
+        if not any(f.fault == "disk" or f.trigger.holds_write for f in self.scenario.schedule):
+            return
+        from chaos.disk.mount import DiskMount
+
+        ckpt = self.run_dir / "checkpoints"
+        mount = DiskMount(ckpt, self.run_dir / ".checkpoints-disk", self.run_dir / "control" / "disk-rules.json",
+                          self.run_dir / "events" / "disk.jsonl", os.getpid())
+        self.env.disk = mount  # set first: teardown unmounts even a half-made mount
+        self._notify([self.log.record("disk_mount", mountpoint=str(ckpt), backing=str(mount.backing))])
+        self.manifest.add("mount", mountpoint=os.path.realpath(ckpt), backing=str(mount.backing))
+        mount.mount()
+        if mount.pid is not None:
+            self._disk_fs = self.manifest.add_process("disk-fs", mount.pid)
+        if self.watcher is not None:
+            self.watcher.backing = mount.backing
+
+    def _unmount_disk(self) -> None:
+        mount = self.env.disk
+        if mount is None:
+            return
+        if self.watcher is not None:
+            self.watcher.backing = None
+        done = mount.unmount()
+        self.env.disk = None
+        if not done.get("errors"):
+            if self._disk_fs is not None:
+                self.manifest.release("process", **self._disk_fs)
+            self.manifest.release("mount", mountpoint=os.path.realpath(mount.mountpoint))
+        self._notify([self.log.record("disk_unmount", **(done or {}))])
+
+    def _hung(self) -> list[dict[str, Any]]:
+        """Live workers silent for longer than the ``no_hang`` bound (a paused one excepted while paused)."""
+        if self.hang_bound_s is None:
+            return []
+        now = time.time()
+        paused = self.nemesis.paused_ranks()
+        stuck = []
+        for w in self.workers.live():
+            last = max(self._last_event.get(id(w), 0.0), self.nemesis.last_heal_t(w.rank))
+            if w.rank in paused or not last or now - last <= self.hang_bound_s:
+                continue
+            stuck.append({"rank": w.rank, "node": w.node, "pid": w.pid, "silent_s": round(now - last, 2),
+                          "last_step": w.last_step})
+        return stuck
+
+    def execute(self, ref: Reference | None, note: str) -> RunResult:
+        s = self.scenario
+        t_start = time.time()
+        status = "completed"
+        signame: str | None = None
+        handlers = install_handlers()
+        registration = register_run(self.run_id, self.run_dir)  # machine-wide, locked while this runner lives
+        runner = self.manifest.add("runner", pid=os.getpid(), start=process_start(os.getpid()), run_id=self.run_id,
+                                   registered=registration is not None,
+                                   registry=str(registration.path) if registration is not None else None)
+        try:
+            self.nemesis.heal_before()
+            start = self.log.record(
+                "run_start", run_id=self.run_id, scenario=s.name, world_size=s.world_size, steps=s.target.steps,
+                checkpoint_every=s.target.checkpoint_every, backend=s.backend.model_dump(),
+                schedule=self.nemesis.schedule_summary(), deadline_s=self.deadline_s, reference=note,
+                cwd=str(s.work_dir(self.run_dir)), python=s.python_exe,
+                **({"dropped_options": s.target.dropped_options()} if s.target.dropped_options() else {}),
+                **({"blackbox": self.blackbox.summary()} if self.blackbox is not None else {}))
+            self._notify([start])
+            if self.watcher is not None:
+                import torch  # noqa: F401  (the watcher loads checkpoints; import now, not mid-run)
+            self._mount_disk()
+            self._notify(self.nemesis.arm())  # e.g. write holds on the mount, before the job starts
+            env = {**s.target.env, "CHAOS_RUN_DIR": str(self.run_dir), "CHAOS_RUN_ID": self.run_id,
+                   "CHAOS_RUNNER_PID": str(os.getpid()),
+                   "CHAOS_GATES": json.dumps(self.nemesis.gates()), "CHAOS_SDC": json.dumps(self.nemesis.sdc_faults())}
+            self.backend.start(LaunchSpec(str(s.script_path), _fill_args(s, self.run_dir), env, _torchrun_args(s),
+                                          cwd=str(s.work_dir(self.run_dir)), python=s.python_exe))
+            self.nemesis.start(time.time())
+            deadline = t_start + self.deadline_s
+            while self.backend.running() or self.nemesis.awaiting_restart():
+                self._pump()
+                hung = self._hung()
+                if hung:
+                    status = "hung"
+                    self._notify([self.log.record("hang_detected", bound_s=self.hang_bound_s, stuck=hung)])
+                    break
+                if time.time() > deadline:
+                    status = "deadline"
+                    stuck = sorted(w.rank for w in self.workers.live())
+                    self._notify([self.log.record(
+                        "deadline_exceeded", deadline_s=self.deadline_s, stuck_ranks=stuck,
+                        last_steps={w.rank: w.last_step for w in self.workers.by_rank.values()})])
+                    break
+                time.sleep(POLL_S)
+            self._pump()
+        except Interrupted as exc:
+            status, signame = "interrupted", exc.signame
+            self._notify([self.log.record("interrupted", signal=exc.signame)])
+        finally:
+            ignore_signals()
+            try:
+                try:
+                    self.nemesis.heal_all()
+                    self.backend.teardown()
+                    self._pump()
+                    if self.watcher is not None:
+                        self._notify(self.watcher.finish())
+                    if self.blackbox is not None:
+                        self._notify(self.blackbox.finish())
+                finally:
+                    self._unmount_disk()  # whatever failed above, the mount goes
+                self._record_worker_exits(final=True)
+                self.nemesis.finish(self.max_step)
+                self.log.record("run_end", status=status)
+                self.log.close()
+                self.manifest.release("runner", **runner)
+            finally:
+                if registration is not None:  # this runner is done with the run, whatever is left of it
+                    registration.release()
+                restore_handlers(handlers)
+        events = merge_run_dir(self.run_dir)
+        return conclude(s, self.run_id, self.run_dir, status, events, ref, note, time.time() - t_start, signame,
+                        report=self.report)
+
+
+def no_hang_bound(scenario: Scenario) -> float | None:
+    """Seconds a live worker may be silent before the run is called hung (the ``no_hang`` check's
+    ``timeout_s + slack_s``); None when the scenario does not check for hangs."""
+    spec = next((c for c in scenario.checks if c.name == "no_hang"), None)
+    if spec is None:
+        return None
+    from chaos.checks.hang import bound_s
+
+    return bound_s(spec.params, scenario.target.collective_timeout_s)
