@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psutil
 
@@ -130,6 +130,60 @@ class ForeignLoad:
             used = sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
             self.samples.append(max(0.0, used) / (t_after - t_before))
             before, t_before = after, t_after
+
+
+QUIET_CPUS = 0.1
+
+
+def wait_quiet(max_s: float, window_s: float = 20.0) -> tuple[float, bool]:
+    """Wait until other processes used under ``QUIET_CPUS`` CPU over a ``window_s`` window, at most
+    ``max_s`` seconds; returns (seconds waited, whether it got quiet)."""
+    t0 = time.monotonic()
+    while True:
+        with ForeignLoad() as load:
+            time.sleep(window_s)
+        if load.mean_cpus < QUIET_CPUS:
+            return time.monotonic() - t0, True
+        if time.monotonic() - t0 >= max_s:
+            return time.monotonic() - t0, False
+
+
+def quiet_first(max_s: float) -> str:
+    """With ``max_s`` > 0: :func:`wait_quiet` up to ``max_s`` seconds, then the report's note saying how it
+    went (printed too); else nothing is waited for and the note is empty."""
+    if max_s <= 0:
+        return ""
+    waited, quiet = wait_quiet(max_s)
+    note = (f"waited {waited:.0f} s first for other processes to use under {QUIET_CPUS:g} CPU over 20 s "
+            f"({'they did' if quiet else 'they did not: measured anyway'})")
+    print(note, flush=True)
+    return note
+
+
+def require_root_fuse(name: str) -> None:
+    """Exit with the reason unless this process is root and FUSE mounts work (the chaos-disk filesystem
+    mounts with allow_other)."""
+    from chaos.disk.mount import fuse_status
+
+    if os.geteuid() != 0:
+        sys.exit(f"{name} needs root (the chaos-disk FUSE mount with allow_other)")
+    ok, why = fuse_status()
+    if not ok:
+        sys.exit(f"{name}: {why}")
+
+
+def bench_main(run: Callable[[bool, int | None], BenchResult], doc: str | None, quick_help: str, count_flag: str,
+               count_help: str) -> None:
+    """The command line of a benchmark that prints a :class:`BenchResult`: ``--quick`` and one count
+    (``--reps`` / ``--runs``), then ``run(quick, count)`` rendered to stdout."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument(count_flag, type=int, default=None, dest="count", metavar=count_flag.lstrip("-").upper(),
+                    help=count_help)
+    args = ap.parse_args()
+    print(run(args.quick, args.count).render())
 
 
 def median(xs: Sequence[float]) -> float:
@@ -246,6 +300,22 @@ def new_dir(parent: Path, name: str) -> Path:
         path = parent / f"{name}-{n}"
     path.mkdir(parents=True)
     return path
+
+
+def timed_run(scenario: Any, work: Path, **kwargs: Any) -> tuple[float, Any]:
+    """``run_scenario(scenario, work, **kwargs)`` with ``$TMPDIR`` in ``work``: (wall seconds, its RunResult).
+    Raises :class:`KeyboardInterrupt` for an interrupted run, :class:`JobFailed` unless its checks passed."""
+    from chaos.run.runner import run_scenario
+
+    with tmpdir_env(work):
+        t0 = time.perf_counter()
+        result = run_scenario(scenario, work, **kwargs)
+        wall_s = time.perf_counter() - t0
+    if result.interrupted:
+        raise KeyboardInterrupt
+    if not result.ok:
+        raise JobFailed(f"run_scenario {result.status}, checks not ok", result.failure_message())
+    return wall_s, result
 
 
 @contextmanager

@@ -44,6 +44,7 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import ForeignLoad, JobFailed, clean_env, machine, median, new_dir, retry, run_job, torchrun
+from benchmarks._report import bullets, load_line, mode_line, preamble, section, table, text
 
 TARGET = Path(__file__).resolve().parent.parent / "targets" / "digits_ddp.py"
 OUT = Path(__file__).resolve().parent / "DETECTOR_OVERHEAD.md"
@@ -116,17 +117,11 @@ def measure(rounds: int, steps: int, tmp: Path, notes: list[str]) -> dict[str, l
 def report(samples: dict[str, list[Sample]], rounds: int, steps: int, quick: bool, duration_s: float,
            load: ForeignLoad, notes: list[str]) -> str:
     """The Markdown written to ``DETECTOR_OVERHEAD.md``."""
-    m = machine()
     base_med = median([s.median_ms for s in samples["none"]])
     base_am = median([s.amortized_ms for s in samples["none"]])
     lines = [
-        "# SDC detector overhead", "",
-        f"- date: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
-        f"- torch {m['torch']}, python {m['python']}, chaos at git {m['revision']}; {m['nproc']} CPUs ({m['cpu']})",
-        f"- mode: {'quick' if quick else 'full'} (`python -m benchmarks.detector_overhead"
-        f"{' --quick' if quick else ''}`), duration {duration_s:.0f} s",
-        f"- CPU used by other processes meanwhile: mean {load.mean_cpus:.2f}, max {load.max_cpus:.2f} CPUs "
-        "(sampled every 2 s; above a few tenths skews the numbers)", "",
+        *preamble("SDC detector overhead", machine(), mode_line("detector_overhead", quick, duration_s),
+                  load_line(load) + "; above a few tenths skews the numbers"),
         "## How measured", "",
         "`python -m torch.distributed.run --standalone --nproc-per-node 2 targets/digits_ddp.py --checkpoint-dir "
         f"<tmp> --steps {steps} --checkpoint-every 100000 --digest-every 0 <flags>` with `CHAOS_RUN_DIR` set (the "
@@ -137,10 +132,8 @@ def report(samples: dict[str, list[Sample]], rounds: int, steps: int, quick: boo
         "(order rotated per round); values are medians over rounds; ratio = median(config) / median(none); "
         "per-round ratios = amortized(config) / amortized(none) of the same round, lowest–highest. "
         f"Goal: {GOAL[0]} amortized ratio ≤ {GOAL[1]}.", "",
-        "| configuration | flags | median step (ms) | ratio | amortized (ms/step) | ratio | per-round ratios "
-        "| alarms (rank 0, all rounds) |",
-        "|---|---|---|---|---|---|---|---|",
     ]
+    cells = []
     for name, flags in CONFIGS.items():
         xs = samples[name]
         med, am = median([s.median_ms for s in xs]), median([s.amortized_ms for s in xs])
@@ -150,11 +143,12 @@ def report(samples: dict[str, list[Sample]], rounds: int, steps: int, quick: boo
             met = am / base_am <= GOAL[1]
             mixed = min(paired) <= GOAL[1] < max(paired)
             goal = f" — goal ≤ {GOAL[1]}: {'met' if met else '**not met**'}{' (rounds on both sides)' if mixed else ''}"
-        lines.append(f"| {name} | `{' '.join(flags)}` | {med:.3f} | {med / base_med:.3f} | {am:.3f} | "
-                     f"{am / base_am:.3f}{goal} | {min(paired):.3f}–{max(paired):.3f} | {sum(s.alarms for s in xs)} |")
-    if notes:
-        lines += ["", "## Notes", "", *(f"- {n}" for n in notes)]
-    return "\n".join(lines) + "\n"
+        cells.append((name, f"`{' '.join(flags)}`", f"{med:.3f}", f"{med / base_med:.3f}", f"{am:.3f}",
+                      f"{am / base_am:.3f}{goal}", f"{min(paired):.3f}–{max(paired):.3f}", sum(s.alarms for s in xs)))
+    lines += table(("configuration", "flags", "median step (ms)", "ratio", "amortized (ms/step)", "ratio",
+                    "per-round ratios", "alarms (rank 0, all rounds)"), cells)
+    lines += section("Notes", bullets(notes))
+    return text(lines)
 
 
 def main() -> None:

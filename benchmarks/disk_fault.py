@@ -34,7 +34,6 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +43,9 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
 import torch
 from torch import nn
 
-from benchmarks._common import ForeignLoad, Row, machine, median, ratio_row
-from chaos.disk.mount import DiskMount, fuse_status, leftover_mounts
+from benchmarks._common import ForeignLoad, Row, machine, median, quiet_first, ratio_row, require_root_fuse
+from benchmarks._report import load_line, mode_line, preamble, rows_table, section, text
+from chaos.disk.mount import DiskMount, leftover_mounts
 from chaos.disk.rules import Rule
 
 OUT = Path(__file__).resolve().parent / "DISK_FAULT.md"
@@ -266,24 +266,11 @@ def measure_stalls(disk: DiskMount, reps: int) -> dict[float, dict[str, list[flo
 
 
 def report(rows: list[Row], notes: list[str], quick: bool, duration_s: float, load: ForeignLoad) -> str:
-    m = machine()
-    lines = [
-        "# Disk fault: pass-through overhead and stall precision",
-        "",
-        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC",
-        f"- {m['nproc']} CPUs ({m['cpu']}), {m['os']}; python {m['python']}; torch {m['torch']}; "
-        f"chaos at git {m['revision']}",
-        f"- mode: {'quick' if quick else 'full'} (`python -m benchmarks.disk_fault{' --quick' if quick else ''}`), "
-        f"duration {duration_s:.0f} s",
-        f"- CPU used by other processes meanwhile: mean {load.mean_cpus:.2f}, max {load.max_cpus:.2f} CPUs",
-        "",
-        "| measurement | value | goal | met |",
-        "|---|---|---|---|",
-    ]
-    lines += [f"| {r.name} | {r.value_text()} | {r.goal} | {r.verdict()} |" for r in rows]
-    lines += ["", "## How measured", "", METHOD, ""]
-    lines += [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
+    lines = preamble("Disk fault: pass-through overhead and stall precision", machine(),
+                     mode_line("disk_fault", quick, duration_s), load_line(load))
+    lines += rows_table(rows)
+    lines += section("How measured", [METHOD, "", *(f"- {n}" for n in notes)])
+    return text(lines)
 
 
 def p_max(xs: list[float]) -> float:
@@ -299,19 +286,9 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None, help="where to make the directories (default: a temporary "
                     "directory under $TMPDIR)")
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("disk_fault needs root (FUSE mount with allow_other)")
-    ok, why = fuse_status()
-    if not ok:
-        sys.exit(f"disk_fault: {why}")
+    require_root_fuse("disk_fault")
     rounds, saves, big_rounds, stall_reps = (8, 4, 3, 1) if args.quick else (30, 4, 10, 3)
-    quiet_note = ""
-    if args.wait_quiet_s > 0:
-        from benchmarks.run_all import wait_quiet
-
-        waited, quiet = wait_quiet(args.wait_quiet_s)
-        quiet_note = (f"waited {waited:.0f} s first for other processes to use under 0.1 CPU over 20 s "
-                      f"({'they did' if quiet else 'they did not: measured anyway'}).")
+    quiet_note = quiet_first(args.wait_quiet_s)
     torch.set_num_threads(1)
     t0 = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="chaos-disk-bench-", dir=args.dir))

@@ -17,7 +17,6 @@ Run: ``python -m benchmarks.init_speed [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 import time
@@ -29,7 +28,7 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import ROOT, BenchResult, JobFailed, Row, median, ratio_row, retry, tmpdir_env
+from benchmarks._common import ROOT, BenchResult, JobFailed, Row, bench_main, median, ratio_row, retry, tmpdir_env
 
 GOAL_RATIO = 2.0
 WORDS = ["torchrun", "--nproc-per-node=2", str(ROOT / "targets" / "ddp_tutorial.py"), "--total-epochs", "4",
@@ -90,11 +89,7 @@ def run(quick: bool = False, reps: int | None = None) -> BenchResult:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="2 rounds (default 4)")
-    ap.add_argument("--reps", type=int, default=None, help="interleaved rounds")
-    args = ap.parse_args()
-    print(run(args.quick, args.reps).render())
+    bench_main(run, __doc__, "2 rounds (default 4)", "--reps", "interleaved rounds")
 
 
 if __name__ == "__main__":

@@ -20,19 +20,18 @@ minutes on 2 CPUs; ``--kills 5`` for a quick look). Writes ``benchmarks/MIDWRITE
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import ForeignLoad, Row, machine, median
+from benchmarks._common import ForeignLoad, Row, machine, median, require_root_fuse
+from benchmarks._report import load_line, preamble, rows_table, section, text
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).resolve().parent / "MIDWRITE.md"
@@ -97,13 +96,8 @@ def one_size(width: int, kills: int, rng: random.Random, runs_dir: Path) -> dict
 
 
 def render(rows: list[Row], method: str, facts: dict[str, str], notes: list[str]) -> str:
-    out = ["# Mid-write kill precision", "",
-           f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC",
-           f"- {facts['nproc']} CPUs ({facts['cpu']}), {facts['os']}; python {facts['python']}; torch {facts['torch']}; "
-           f"chaos at git {facts['revision']}", *[f"- {n}" for n in notes], "",
-           "| measurement | value | goal | met |", "|---|---|---|---|"]
-    out += [f"| {r.name} | {r.value_text()} | {r.goal} | {r.verdict()} |" for r in rows]
-    return "\n".join([*out, "", "## Method", "", method.strip(), ""])
+    return text([*preamble("Mid-write kill precision", facts, *notes), *rows_table(rows),
+                 *section("Method", [method.strip()])])
 
 
 def main() -> None:
@@ -112,13 +106,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="seed of the after_bytes draws")
     ap.add_argument("--out", type=Path, default=OUT, help="where to write the report (default %(default)s)")
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("midwrite_precision needs root (the chaos-disk FUSE mount with allow_other)")
-    from chaos.disk.mount import fuse_status, leftover_mounts
+    require_root_fuse("midwrite_precision")
+    from chaos.disk.mount import leftover_mounts
 
-    ok, why = fuse_status()
-    if not ok:
-        sys.exit(f"midwrite_precision: {why}")
     rng = random.Random(args.seed)
     t0 = time.monotonic()
     results = []
@@ -144,7 +134,7 @@ def main() -> None:
     notes = [f"mode: `python -m benchmarks.midwrite_precision --kills {args.kills}`"
              + ("" if args.kills == 20 else " (reduced from the goal's 20 kills per size: see below)")
              + f", duration {time.monotonic() - t0:.0f} s",
-             f"CPU used by other processes meanwhile: mean {load.mean_cpus:.2f}, max {load.max_cpus:.2f} CPUs"]
+             load_line(load)]
     for label, r in results:
         extra = f"; not fired: {r['not_fired']}" if r["not_fired"] else ""
         notes.append(f"{label}: run {r['status']}, {r['fired']}/{r['kills']} kills fired, hold ended by "

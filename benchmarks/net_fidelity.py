@@ -26,7 +26,6 @@ import os
 import secrets
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import psutil
@@ -35,6 +34,7 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import ForeignLoad, Row, machine, median
+from benchmarks._report import load_line, mode_line, preamble, rows_table, section, text
 from chaos.faults.base import FaultEnv
 from chaos.faults.network import Delay, mechanism_for
 from chaos.net import measure, tc
@@ -135,23 +135,10 @@ def measure_throughput(lab: NetLab, env: FaultEnv, rounds: int) -> tuple[list[fl
 
 
 def report(rows: list[Row], method: str, notes: list[str], quick: bool, duration_s: float, load: ForeignLoad) -> str:
-    m = machine()
-    lines = [
-        "# Network fault fidelity",
-        "",
-        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC",
-        f"- {m['nproc']} CPUs ({m['cpu']}), {m['os']}; python {m['python']}; chaos at git {m['revision']}",
-        f"- mode: {'quick' if quick else 'full'} (`python -m benchmarks.net_fidelity{' --quick' if quick else ''}`), "
-        f"duration {duration_s:.0f} s",
-        f"- CPU used by other processes meanwhile: mean {load.mean_cpus:.2f}, max {load.max_cpus:.2f} CPUs",
-        "",
-        "| measurement | value |",
-        "|---|---|",
-    ]
-    lines += [f"| {r.name} | {r.value_text()} |" for r in rows]
-    lines += ["", "## How measured", "", method, ""]
-    lines += [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
+    lines = preamble("Network fault fidelity", machine(), mode_line("net_fidelity", quick, duration_s), load_line(load))
+    lines += rows_table(rows, goals=False)
+    lines += section("How measured", [method, "", *(f"- {n}" for n in notes)])
+    return text(lines)
 
 
 def main() -> None:

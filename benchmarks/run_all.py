@@ -20,7 +20,8 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import probe_overhead, runner_overhead, step_accuracy
-from benchmarks._common import BenchResult, ForeignLoad, machine
+from benchmarks._common import QUIET_CPUS, BenchResult, ForeignLoad, machine, wait_quiet
+from benchmarks._report import met, mode_line, preamble, table, text
 
 BENCHMARKS: list[tuple[str, Callable[[bool], BenchResult]]] = [
     ("probe_overhead", probe_overhead.run),
@@ -28,50 +29,27 @@ BENCHMARKS: list[tuple[str, Callable[[bool], BenchResult]]] = [
     ("step_accuracy", step_accuracy.run),
 ]
 DEFAULT_OUT = Path(__file__).resolve().parent / "RESULTS.md"
-QUIET_CPUS = 0.1
-
-
-def wait_quiet(max_s: float, window_s: float = 20.0) -> tuple[float, bool]:
-    """Wait until other processes used under ``QUIET_CPUS`` CPU over a ``window_s`` window, at most
-    ``max_s`` seconds; returns (seconds waited, whether it got quiet)."""
-    t0 = time.monotonic()
-    while True:
-        with ForeignLoad() as load:
-            time.sleep(window_s)
-        if load.mean_cpus < QUIET_CPUS:
-            return time.monotonic() - t0, True
-        if time.monotonic() - t0 >= max_s:
-            return time.monotonic() - t0, False
+__all__ = ["BENCHMARKS", "QUIET_CPUS", "render_markdown", "wait_quiet"]
 
 
 def render_markdown(results: list[BenchResult], durations_s: list[float], foreign: list[ForeignLoad], quick: bool,
                     started: str, m: dict[str, str]) -> str:
     """The RESULTS.md text: machine, one table of every number, then method and notes per benchmark."""
     lines = [
-        "# Benchmark results",
-        "",
-        f"- date: {started}",
-        f"- machine: {m['nproc']} CPUs ({m['cpu']}), {m['os']}, no GPU",
-        f"- python {m['python']}, torch {m['torch']}, chaos at git {m['revision']}",
-        f"- mode: {'quick' if quick else 'full'} (`python -m benchmarks.run_all{' --quick' if quick else ''}`)",
-        "",
+        *preamble("Benchmark results", m, mode_line("run_all", quick), date=started),
         "Ratios are measured within one run of each benchmark (interleaved repetitions, medians); they are "
         "not pass/fail tests and vary with machine load. CPU used by other processes meanwhile (mean / max, "
         f"in CPUs of {m['nproc']}): "
         + "; ".join(f"{r.title} {f.mean_cpus:.2f} / {f.max_cpus:.2f}" for r, f in zip(results, foreign, strict=True))
         + ".",
         "",
-        "| benchmark | measurement | value | goal | met |",
-        "|---|---|---|---|---|",
     ]
-    for res in results:
-        for r in res.rows:
-            met = r.verdict() if r.met or r.met is None else f"**{r.verdict()}**"
-            lines.append(f"| {res.title} | {r.name} | {r.value_text()} | {r.goal} | {met} |")
+    lines += table(("benchmark", "measurement", "value", "goal", "met"),
+                   ((res.title, r.name, r.value_text(), r.goal, met(r)) for res in results for r in res.rows))
     for res, dur in zip(results, durations_s, strict=True):
         lines += ["", f"## {res.title}", "", res.method, "", f"- duration: {dur:.0f} s"]
         lines += [f"- {n}" for n in res.notes]
-    return "\n".join(lines) + "\n"
+    return text(lines)
 
 
 def main() -> None:

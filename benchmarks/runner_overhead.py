@@ -25,10 +25,8 @@ Run: ``python -m benchmarks.runner_overhead [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
@@ -42,20 +40,19 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
 from benchmarks._common import (
     SCENARIO,
     BenchResult,
-    JobFailed,
     Row,
+    bench_main,
     clean_env,
     median,
     new_dir,
     ratio_row,
     retry,
     run_job,
-    tmpdir_env,
+    timed_run,
     torchrun,
 )
 from chaos.backends.torchrun import free_port, torchrun_args
 from chaos.load.loader import scenario_from_dict
-from chaos.run.runner import run_scenario
 from chaos.scenario import Scenario
 
 GOAL_RATIO = 1.05
@@ -94,16 +91,7 @@ def run_plain(scenario: Scenario, probe: bool, tmp: Path, name: str) -> float:
 def run_runner(scenario: Scenario, tmp: Path, name: str) -> float:
     """One ``run_scenario`` call with its runs under a new directory ``tmp/name``; wall time, seconds.
     Raises :class:`JobFailed` unless the run passed its checks."""
-    work = new_dir(tmp, name)
-    with tmpdir_env(work):
-        t0 = time.perf_counter()
-        result = run_scenario(scenario, work, reference=False)
-        wall_s = time.perf_counter() - t0
-    if result.interrupted:
-        raise KeyboardInterrupt
-    if not result.ok:
-        raise JobFailed(f"run_scenario {result.status}, checks not ok", result.failure_message())
-    return wall_s
+    return timed_run(scenario, new_dir(tmp, name), reference=False)[0]
 
 
 def run(quick: bool = False, reps: int | None = None) -> BenchResult:
@@ -147,11 +135,7 @@ def run(quick: bool = False, reps: int | None = None) -> BenchResult:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="2 rounds (default 5)")
-    ap.add_argument("--reps", type=int, default=None, help="interleaved rounds")
-    args = ap.parse_args()
-    print(run(args.quick, args.reps).render())
+    bench_main(run, __doc__, "2 rounds (default 5)", "--reps", "interleaved rounds")
 
 
 if __name__ == "__main__":

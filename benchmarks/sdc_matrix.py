@@ -48,6 +48,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks._common import machine, tmpdir_env
+from benchmarks._report import bullets, mode_line, preamble, section, table, text
 from chaos.history import Event
 from chaos.load.loader import scenario_from_dict
 from chaos.run.runner import run_scenario
@@ -258,14 +259,10 @@ def print_tables(rows: list[CaseResult], fa: FalseAlarms) -> None:
 def markdown(rows: list[CaseResult], fa: FalseAlarms, quick: bool, duration_s: float,
              clean_acc: float | None) -> str:
     """The report written to ``SDC_MATRIX.md``."""
-    m, step = machine(), rows[0].inject_step
+    step = rows[0].inject_step
     lines = [
-        "# SDC detection matrix", "",
-        f"- date: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
-        f"- torch {m['torch']}, python {m['python']}, chaos at git {m['revision']}; {m['nproc']} CPUs ({m['cpu']})",
-        f"- mode: {'quick' if quick else 'full'} (`python -m benchmarks.sdc_matrix{' --quick' if quick else ''}"
-        f"{f' --inject-step {step}' if step != INJECT_STEP else ''}`), "
-        f"duration {duration_s:.0f} s", "",
+        *preamble("SDC detection matrix", machine(), mode_line("sdc_matrix", quick, duration_s,
+                                                               f" --inject-step {step}" if step != INJECT_STEP else "")),
         "## How measured", "",
         f"`targets/digits_ddp.py` under `chaos.run.runner.run_scenario` (local backend, {WORLD} ranks, {STEPS} steps, "
         f"checkpoint every {CHECKPOINT_EVERY}, seed 0, no reference run). Each case injects one transient fault "
@@ -288,26 +285,20 @@ def markdown(rows: list[CaseResult], fa: FalseAlarms, quick: bool, duration_s: f
         "\"final differs\": a rank's final parameter digest differs from a clean run's (same job, empty "
         f"schedule). \"acc r0\": rank 0's test accuracy at the end (clean run: {_acc(clean_acc)}).", "",
         "## Matrix", "",
-        "| case | " + " | ".join(DETECTORS) + " | final differs | acc r0 |",
-        "|---" * (len(DETECTORS) + 3) + "|",
-    ]
-    for r in rows:
-        cells = [r.detections[d].cell(r.inject_step) for d in DETECTORS]
-        lines.append(f"| {r.case.name} | " + " | ".join(cells) + f" | {r.final_differs} | {_acc(r.accuracy)} |")
-    lines += [
+        *table(("case", *DETECTORS, "final differs", "acc r0"),
+               ((r.case.name, *(r.detections[d].cell(r.inject_step) for d in DETECTORS), r.final_differs,
+                 _acc(r.accuracy)) for r in rows)),
         "", "## False alarms", "",
         f"{fa.runs} clean run(s) of the same {WORLD}-rank job, {CLEAN_STEPS} steps each, seeds "
         f"0..{fa.runs - 1}, all detectors on, reaction none: {fa.rank_steps} rank-steps.", "",
-        "| detector | alarms (events, all ranks) | per 1,000 rank-steps |", "|---|---|---|",
-        *(f"| {d} | {fa.counts[d]} | {fa.per_1000(d):.2f} |" for d in DETECTORS),
+        *table(("detector", "alarms (events, all ranks)", "per 1,000 rank-steps"),
+               ((d, fa.counts[d], f"{fa.per_1000(d):.2f}") for d in DETECTORS)),
     ]
     notes = [f"clean-run alarm: {x}" for x in fa.examples]
     early = Counter(x for r in rows for x in r.early_alarms)
     notes += [f"false alarm before the injection: {d} at step {s} in {n} of {len(rows)} case runs"
               for (d, s), n in sorted(early.items())]
-    if notes:
-        lines += ["", "## Notes", "", *(f"- {n}" for n in notes)]
-    return "\n".join(lines) + "\n"
+    return text([*lines, *section("Notes", bullets(notes))])
 
 
 def main() -> None:

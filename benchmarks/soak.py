@@ -44,6 +44,8 @@ from typing import Any
 
 import yaml
 
+from benchmarks._report import table
+
 ROOT = Path(__file__).resolve().parent.parent
 BASES = {  # backend → (bundled scenario, steps, checkpoint interval, typical wall time of a whole run, s)
     "local": ("explore-digits.yaml", 40, 10, 14.0),
@@ -329,35 +331,29 @@ def write_report(path: Path, data: dict[str, Any], args: argparse.Namespace) -> 
         "(every fault kind the backend takes, 1-2 faults), then completed, SIGINTed or runner-SIGKILLed at a random",
         "moment (SIGKILL followed by `chaos cleanup`). Method: `benchmarks/soak.py`'s docstring.",
         "",
-        "| backend | runs | completed | SIGINT | SIGKILL + cleanup |",
-        "|---|---|---|---|---|",
     ]
-    for b in sorted(c["by_backend"]):
-        bm = c["by_backend_and_mode"]
-        lines.append(f"| {b} | {c['by_backend'][b]} | {bm.get(f'{b}/complete', 0)} | {bm.get(f'{b}/sigint', 0)} | "
-                     f"{bm.get(f'{b}/sigkill', 0)} |")
+    bm, modes = c["by_backend_and_mode"], MODES
+    lines += table(("backend", "runs", "completed", "SIGINT", "SIGKILL + cleanup"), [
+        *((b, c["by_backend"][b], *(bm.get(f"{b}/{m}", 0) for m in modes)) for b in sorted(c["by_backend"])),
+        ("**all**", f"**{c['runs']}**", *(f"**{c['by_mode'].get(m, 0)}**" for m in modes))])
+    lines += ["", *table(("measure", "value"), [
+        ("faults scheduled", f"{c['faults_scheduled']} ({', '.join(f'{k} {v}' for k, v in c['fault_kinds'].items())})"),
+        ("exit codes", ", ".join(f"{k}: {v}" for k, v in sorted(c["exit_codes"].items()))),
+        ("runs that ended before their interrupt was due", c["ended_before_interrupt"]),
+        ("SIGINTs that landed in the runner's teardown (ignored there: the run ends as it would)",
+         c["sigint_in_teardown"]),
+        ("resources `chaos cleanup` removed after the SIGKILLs", f"{c['cleanup_removed']} "
+         f"({', '.join(f'{k} {v}' for k, v in c['cleanup_removed_by_kind'].items())})"),
+        ("complete journals (completed and SIGINTed runs that had started)",
+         f"{c['journals_complete']} / {c['journals_expected']}"),
+        ("torn last lines in SIGKILLed runs' files (the rest parsed line by line)", c["torn_last_lines"]),
+        ("leftovers right after each run (and its cleanup)", c["leftovers_after_each_run"]),
+        ("leftovers at the end (processes, namespaces, links, chains, mounts, containers, networks, delayers, "
+         "manifest entries)", c["leftovers_at_the_end"]),
+        ("dead-run leftovers `chaos cleanup --dry-run --all-dead` still finds of soak runs",
+         c["dead_leftovers_machine_wide_of_soak_runs"]),
+        ("problems (see below)", c["problems"])])]
     lines += [
-        f"| **all** | **{c['runs']}** | **{c['by_mode'].get('complete', 0)}** | **{c['by_mode'].get('sigint', 0)}** | "
-        f"**{c['by_mode'].get('sigkill', 0)}** |",
-        "",
-        "| measure | value |",
-        "|---|---|",
-        f"| faults scheduled | {c['faults_scheduled']} ({', '.join(f'{k} {v}' for k, v in c['fault_kinds'].items())}) |",
-        f"| exit codes | {', '.join(f'{k}: {v}' for k, v in sorted(c['exit_codes'].items()))} |",
-        f"| runs that ended before their interrupt was due | {c['ended_before_interrupt']} |",
-        f"| SIGINTs that landed in the runner's teardown (ignored there: the run ends as it would) | "
-        f"{c['sigint_in_teardown']} |",
-        f"| resources `chaos cleanup` removed after the SIGKILLs | {c['cleanup_removed']} "
-        f"({', '.join(f'{k} {v}' for k, v in c['cleanup_removed_by_kind'].items())}) |",
-        f"| complete journals (completed and SIGINTed runs that had started) | "
-        f"{c['journals_complete']} / {c['journals_expected']} |",
-        f"| torn last lines in SIGKILLed runs' files (the rest parsed line by line) | {c['torn_last_lines']} |",
-        f"| leftovers right after each run (and its cleanup) | {c['leftovers_after_each_run']} |",
-        f"| leftovers at the end (processes, namespaces, links, chains, mounts, containers, networks, delayers, "
-        f"manifest entries) | {c['leftovers_at_the_end']} |",
-        f"| dead-run leftovers `chaos cleanup --dry-run --all-dead` still finds of soak runs | "
-        f"{c['dead_leftovers_machine_wide_of_soak_runs']} |",
-        f"| problems (see below) | {c['problems']} |",
         "",
         "Exit codes: 0 all checks ok; 1 a check failed (a generated schedule can break the job, e.g. a pause past the",
         "collective timeout: the verdict is the run's business, not the soak's); 130 SIGINT; -9 the runner SIGKILLed.",

@@ -23,7 +23,6 @@ import argparse
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
@@ -32,6 +31,7 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import ForeignLoad, machine, median
+from benchmarks._report import load_line, mode_line, preamble, section, table, text
 from chaos.capabilities import missing
 from chaos.load.loader import scenario_from_dict
 from chaos.run.runner import run_scenario
@@ -94,23 +94,16 @@ def main() -> None:
                 startup[kind].append(s)
                 wall[kind].append(w)
                 print(f"round {r}: {kind:6s} start-up {s:6.2f} s  wall {w:6.2f} s", flush=True)
-    m = machine()
-    lines = ["# Start-up: 3 nodes on netns and docker vs local", "",
-             f"- date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
-             f"- machine: {m['nproc']} CPUs ({m['cpu']}), {m['os']}; torch {m['torch']}; chaos at git {m['revision']}",
-             f"- rounds: {rounds} (`python -m benchmarks.startup{' --quick' if args.quick else ''}`); other "
-             f"processes used {load.mean_cpus:.2f} CPUs on average meanwhile", "",
-             "| backend | start-up median (s) | wall median (s) | start-up ratio vs local | goal | met |",
-             "|---|---|---|---|---|---|"]
-    for kind in kinds:
-        ratios = [s / b for s, b in zip(startup[kind], startup["local"], strict=True)]
-        ratio = median(ratios)
-        goal = "—" if kind == "local" else f"≤ {GOAL}"
-        met = "—" if kind == "local" else ("yes" if ratio <= GOAL else "**no**")
-        lines.append(f"| {kind} | {median(startup[kind]):.2f} | {median(wall[kind]):.2f} | {ratio:.2f} | {goal} | {met} |")
-    lines += ["", "## Method", "", __doc__.split("\n\n", 1)[1].rsplit("\n\nRun as root", 1)[0], "", "## Notes", ""]
-    lines += [f"- {n}" for n in notes]
-    args.out.write_text("\n".join(lines) + "\n")
+    lines = preamble("Start-up: 3 nodes on netns and docker vs local", machine(),
+                     f"rounds: {rounds}; " + mode_line("startup", args.quick), load_line(load))
+    ratios = {k: median([s / b for s, b in zip(startup[k], startup["local"], strict=True)]) for k in kinds}
+    lines += table(("backend", "start-up median (s)", "wall median (s)", "start-up ratio vs local", "goal", "met"),
+                   ((k, f"{median(startup[k]):.2f}", f"{median(wall[k]):.2f}", f"{ratios[k]:.2f}",
+                     "—" if k == "local" else f"≤ {GOAL}",
+                     "—" if k == "local" else ("yes" if ratios[k] <= GOAL else "**no**")) for k in kinds))
+    lines += section("Method", [__doc__.split("\n\n", 1)[1].rsplit("\n\nRun as root", 1)[0]])
+    lines += section("Notes", [f"- {n}" for n in notes])
+    args.out.write_text(text(lines))
     print(args.out.read_text())
 
 

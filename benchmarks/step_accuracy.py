@@ -16,7 +16,6 @@ Run: ``python -m benchmarks.step_accuracy [--quick | --runs N]``.
 
 from __future__ import annotations
 
-import argparse
 import random
 import shutil
 import tempfile
@@ -31,7 +30,7 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import SCENARIO, BenchResult, Row, median, tmpdir_env
+from benchmarks._common import SCENARIO, BenchResult, Row, bench_main, median, tmpdir_env
 from chaos.load.loader import scenario_from_dict
 from chaos.run.runner import run_scenario
 from chaos.scenario import Scenario
@@ -127,11 +126,7 @@ def run(quick: bool = False, runs: int | None = None) -> BenchResult:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="4 runs (default 20)")
-    ap.add_argument("--runs", type=int, default=None, help="number of runs")
-    args = ap.parse_args()
-    print(run(args.quick, args.runs).render())
+    bench_main(run, __doc__, "4 runs (default 20)", "--runs", "number of runs")
 
 
 if __name__ == "__main__":

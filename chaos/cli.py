@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -16,7 +15,9 @@ from typing import Any, NoReturn
 from rich.console import Console
 from rich.markup import escape
 
+from chaos.cli_run import cmd_run, write_junit
 from chaos.errors import CapabilityError, ScenarioError, StrategyError
+from chaos.plugins import PluginError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                     "doctor": cmd_doctor, "report": cmd_report, "cleanup": cmd_cleanup,
                     "init": cmd_init}
         return commands[args.command](args)
-    except (ScenarioError, CapabilityError, StrategyError) as exc:
+    except (ScenarioError, CapabilityError, StrategyError, PluginError) as exc:
         if getattr(args, "json", False):
             problems = exc.problems if isinstance(exc, ScenarioError) else [str(exc)]
             print(json.dumps({"ok": False, "error": type(exc).__name__, "problems": problems}))
@@ -124,46 +125,6 @@ def main(argv: list[str] | None = None) -> int:
         Console(stderr=True, soft_wrap=True).print(
             "[yellow]interrupted[/] before the run began (during the reference run); nothing was left running")
         return EXIT_INTERRUPTED
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    from chaos.load.derive import apply_sets, derive_scenario
-    from chaos.load.loader import load_scenario
-    from chaos.load.notes import run_notes
-    from chaos.progress import LiveProgress
-    from chaos.run.runner import preflight, run_scenario
-    from chaos.verdicts.table import print_result
-
-    scenario = apply_sets(load_scenario(args.scenario), args.set)  # in scenario.yaml too: the replay keeps them
-    if args.deadline_s is not None:  # into the scenario, so that its scenario.yaml (the replay) keeps it
-        if not (math.isfinite(args.deadline_s) and args.deadline_s > 0):
-            raise ScenarioError([f"--deadline-s={args.deadline_s:g}: must be a positive number of seconds "
-                                 f"(e.g. --deadline-s 120); leave it out to use the scenario's deadline_s"])
-        scenario = derive_scenario(scenario, overrides={"deadline_s": args.deadline_s})
-    preflight(scenario)  # a missing capability is exit 2 before anything is printed or started
-    if args.json:
-        result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference)
-        _write_junit(args, result)
-        print(json.dumps({**result.to_json(), "exit_code": result.exit_code_for(args.strict)}, indent=1, default=str))
-        return result.exit_code_for(args.strict)
-    console = Console(soft_wrap=True)  # paths and commands stay whole lines in a log or a pipe
-    console.print(f"[bold]{escape(scenario.name)}[/]" + (f": {escape(scenario.description)}" if scenario.description else ""))
-    for entry in scenario.schedule:
-        console.print(f"  schedule: {escape(entry.describe())}")
-    for note in run_notes(scenario):  # dropped command options, cwd, interpreter, leftover checkpoints
-        console.print(f"  note: {escape(note)}")
-    with LiveProgress(console, scenario.target.steps, scenario.world_size) as live:
-        result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference, observer=live)
-    _write_junit(args, result)
-    print_result(console, result, strict=args.strict)
-    return result.exit_code_for(args.strict)
-
-
-def _write_junit(args: argparse.Namespace, result: Any) -> None:
-    if args.junit:
-        from chaos.verdicts.junit import write_junit
-
-        write_junit([result], args.junit, strict=getattr(args, "strict", False))
 
 
 def _add_report_parser(sub: Any) -> None:
@@ -196,7 +157,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             console.print("[bold red]error:[/] ", end="")
             console.print(str(exc), markup=False)
         return EXIT_BAD_INPUT
-    _write_junit(args, result)
+    write_junit(args, result)
     if args.json:
         print(json.dumps(result.to_json(), indent=1, default=str))
     else:
@@ -336,6 +297,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from chaos.checks import CHECKS
     from chaos.faults import FAULT_DOCS
     from chaos.load.loader import load_scenario
+    from chaos.plugins import fault_docs as plugin_fault_docs
 
     scenarios = []
     for path in sorted(args.scenarios_dir.glob("*.yaml")) if args.scenarios_dir.is_dir() else []:
@@ -346,7 +308,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             scenarios.append({"file": str(path), "name": path.stem, "description": f"INVALID: {exc.problems[0]}"})
     data = {
         "scenarios": scenarios,
-        "faults": [{"name": k, "description": v} for k, v in FAULT_DOCS.items()],
+        "faults": [{"name": k, "description": v} for k, v in {**FAULT_DOCS, **plugin_fault_docs()}.items()],
         "checks": [{"name": c.name, "description": c.summary} for c in CHECKS.values()],
         "backends": [{"name": k, "description": v} for k, v in BACKENDS.items()],
     }
@@ -368,7 +330,6 @@ def cmd_list(args: argparse.Namespace) -> int:
             table.add_row(escape(str(row.get("file", row["name"]))), escape(str(row["description"] or "")))
         console.print(table)
     return EXIT_OK
-
 
 
 def _add_init_parser(sub: Any) -> None:

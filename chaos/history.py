@@ -151,8 +151,10 @@ class History:
         """Events whose kind is one of ``kinds``, in time order."""
         return [e for e in self.events if e["kind"] in kinds]
 
-    def probe(self, *kinds: str) -> list[Event]:
-        """Probe (target-side) events of the given kinds."""
+    def job_events(self, *kinds: str) -> list[Event]:
+        """Events of the given kinds that the job's side recorded, not the runner: the probe's in the
+        workers, a black-box target's observer's (``"source": "blackbox"``: its log lines, its workers'
+        starts) and the disk filesystem's (``"source": "disk"``)."""
         return [e for e in self.events if e.get("source") != "runner" and e["kind"] in kinds]
 
     def first(self, kind: str) -> Event | None:
@@ -172,13 +174,13 @@ class History:
     def processes_started_after(self, t: float, until: float | None = None) -> dict[int, list[Event]]:
         """Worker processes whose ``start`` is in (t, until]: rank → that rank's start events, oldest first."""
         out: dict[int, list[Event]] = {}
-        for e in self.probe("start"):
+        for e in self.job_events("start"):
             if e["t"] > t and (until is None or e["t"] <= until):
                 out.setdefault(e["rank"], []).append(e)
         return out
 
     def of_pid(self, pid: int, *kinds: str) -> list[Event]:
-        """Probe events of one worker process (optionally of some kinds only)."""
+        """Job-side events (as :meth:`job_events`) of one worker process (optionally of some kinds only)."""
         return [
             e for e in self.events
             if e.get("source") != "runner" and e.get("pid") == pid and (not kinds or e["kind"] in kinds)
@@ -187,7 +189,7 @@ class History:
     def collective_timeouts(self) -> dict[int, float]:
         """rank → the collective timeout, seconds, that its probe found the job's process group to
         have (the latest ``collective_timeout`` event of that rank); empty when none was recorded."""
-        return {e["rank"]: float(e["timeout_s"]) for e in self.probe("collective_timeout")
+        return {e["rank"]: float(e["timeout_s"]) for e in self.job_events("collective_timeout")
                 if e.get("timeout_s") is not None and e.get("rank") is not None}
 
     def run_start(self) -> float | None:

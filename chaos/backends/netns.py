@@ -7,11 +7,11 @@ torchrun agent is a process of this host started in that namespace (``nsenter --
 run directory and the interpreter are the host's. Links and namespaces are made over netlink
 (pyroute2). Where the host filters bridged traffic (``bridge-nf-call-iptables=1``, as after Docker
 starts, with a FORWARD policy of DROP), an ACCEPT rule for the bridge goes into our own chain.
+Every name is built by :mod:`chaos.backends.names` (where ``chaos cleanup`` parses it back).
 """
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import os
 import shutil
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends.agents import HostAgents
+from chaos.backends.names import bridge_name, forward_chain, netns_name, run_token, veth_name
 from chaos.errors import CapabilityError, ChaosError
 from chaos.history import RunnerLog
 from chaos.net.iptables import install_chain, remove_chain
@@ -29,11 +30,6 @@ from chaos.scenario import NetnsBackendSpec
 
 NETNS_DIR = Path("/run/netns")
 FIRST_HOST = 10  # node i has .(10 + i)
-
-
-def run_token(run_id: str) -> str:
-    """6 hex digits naming a run's links (interface names are at most 15 bytes)."""
-    return hashlib.sha1(run_id.encode()).hexdigest()[:6]
 
 
 def pick_subnet(spec_subnet: str) -> ipaddress.IPv4Network:
@@ -80,8 +76,8 @@ class NetnsBackend(HostAgents):
     def __init__(self, spec: NetnsBackendSpec, run_id: str, run_dir: Path, log: RunnerLog) -> None:
         super().__init__(spec, run_id, run_dir, log)
         self.token = run_token(run_id)
-        self.bridge = f"chb-{self.token}"
-        self.fwd_chain = f"CHAOS-{self.token}-FWD"
+        self.bridge = bridge_name(self.token)
+        self.fwd_chain = forward_chain(self.token)
         self.subnet: ipaddress.IPv4Network | None = None
         self._subnet_spec = spec.subnet
         self._subnet_lock: Reservation[ipaddress.IPv4Network] | None = None  # held until destroy
@@ -89,10 +85,10 @@ class NetnsBackend(HostAgents):
 
     # -- names and addresses -----------------------------------------------------------------------
     def ns_name(self, node: int) -> str:
-        return f"chaos-{self.token}-n{node}"
+        return netns_name(self.token, node)
 
     def veth(self, node: int) -> str:
-        return f"chv{self.token}n{node}"
+        return veth_name(self.token, node)
 
     def ip(self, node: int) -> str:
         assert self.subnet is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from chaos import plugins as _plugins
+
 # checkpoint_loadable and the black-box variants of the checks below (chaos.checks.blackbox)
 from chaos.checks import blackbox as _blackbox_checks  # noqa: F401
 from chaos.checks import (  # noqa: F401
@@ -18,6 +20,11 @@ from chaos.checks import (  # noqa: F401
 )
 from chaos.checks.base import CHECKS, CheckContext, CheckDef, Reference, Verdict, run_check
 
-ALWAYS = ("faults_fired",)
+ALWAYS = ("faults_fired",)  # judged in every run, asked for or not
+REFERENCE_CHECKS = ("completes",)  # what a fault-free reference run is judged by (did it finish?)
 
-__all__ = ["ALWAYS", "CHECKS", "CheckContext", "CheckDef", "Reference", "Verdict", "run_check"]
+__all__ = ["ALWAYS", "CHECKS", "REFERENCE_CHECKS", "CheckContext", "CheckDef", "Reference", "Verdict", "run_check"]
+
+# third-party checks (entry point group chaos.checks) register themselves with @check; last, so that a
+# plugin may import anything above. One that fails is recorded in chaos.plugins.check_plugin_errors().
+_plugins.load_check_plugins()

@@ -2,15 +2,18 @@
 
 A check never raises to its caller: :func:`run_check` turns an exception into an ``unknown``
 verdict, never a pass. ``ok`` means the job behaved; ``failed`` means it did not, and the
-explanation names the events that show it; ``unknown`` means the history cannot tell.
+explanation names the events that show it; ``unknown`` means the history cannot tell (a check says so
+by returning it, or by raising :class:`Unknown`, e.g. through :func:`require`). A check declares what
+it needs from the runner in :func:`check` (see :class:`CheckDef`); :mod:`chaos.checks.needs` sums that
+up for a scenario, so the runner never names a check.
 """
 
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from chaos.history import Event, History
 
@@ -98,15 +101,34 @@ def no_reference(name: str, ctx: CheckContext) -> Verdict:
     return Verdict(name, "unknown", f"no reference run to compare with: {why}")
 
 
+# seconds a live worker may be silent, from a check's parameters and the target's collective timeout
+# (seconds, None if unknown); None: no bound
+SilenceBound = Callable[[dict[str, Any], float | None], float | None]
+
+
 @dataclass
 class CheckDef:
-    """A registered check: its function, a one-line summary, and its parameters' validator."""
+    """A registered check: its function, a one-line summary, its parameters' validator, and what it
+    needs from the runner (the runner asks these, never a check's name):
+
+    - ``needs_reference``: a fault-free reference run; without one, :func:`run_check` answers ``unknown``
+      (:func:`no_reference`) and the function is not called.
+    - ``needs_checkpoint_watch``: the runner's checkpoint watcher (``checkpoint_verified`` and
+      ``latest_changed`` events).
+    - ``needs_writer_scan``: for a black-box target, the observer's scan of which processes hold a
+      checkpoint file open for writing (``checkpoint_writers`` events).
+    - ``silence_bound``: the runner stops a run (``hang_detected``) once a live worker is silent longer
+      than ``silence_bound(params, collective_timeout_s)`` seconds (None: no bound).
+    """
 
     name: str
     fn: Callable[[History, CheckContext], Verdict]
     summary: str
     params: dict[str, type] = field(default_factory=dict)
     needs_reference: bool = False
+    needs_checkpoint_watch: bool = False
+    needs_writer_scan: bool = False
+    silence_bound: SilenceBound | None = None
 
     def param_problem(self, params: dict[str, Any]) -> str | None:
         for key, value in params.items():
@@ -134,23 +156,52 @@ def is_blackbox(history: History) -> bool:
     return bool(start and start.get("blackbox"))
 
 
-def check(summary: str, params: dict[str, type] | None = None, needs_reference: bool = False) -> Callable[
+def check(summary: str, params: dict[str, type] | None = None, needs_reference: bool = False, *,
+          needs_checkpoint_watch: bool = False, needs_writer_scan: bool = False,
+          silence_bound: SilenceBound | None = None) -> Callable[
     [Callable[[History, CheckContext], Verdict]], Callable[[History, CheckContext], Verdict]
 ]:
-    """Register a check function under its own name."""
+    """Register a check function under its own name, with what it needs (see :class:`CheckDef`)."""
 
     def register(fn: Callable[[History, CheckContext], Verdict]) -> Callable[[History, CheckContext], Verdict]:
-        CHECKS[fn.__name__] = CheckDef(fn.__name__, fn, summary, params or {}, needs_reference)
+        CHECKS[fn.__name__] = CheckDef(fn.__name__, fn, summary, params or {}, needs_reference,
+                                       needs_checkpoint_watch, needs_writer_scan, silence_bound)
         return fn
 
     return register
 
 
+class Unknown(Exception):
+    """Raised inside a check: the history cannot tell. :func:`run_check` makes it the check's
+    ``unknown`` verdict, the exception's text its explanation."""
+
+
+T = TypeVar("T")
+
+
+def require(found: T | None, why: str) -> T:
+    """``found``, unless it is None or empty (no events found, no value known): then raise
+    :class:`Unknown` with ``why``. The ``unknown`` opening of a check whose history holds nothing to judge."""
+    if found is None or (isinstance(found, Sized) and len(found) == 0):
+        raise Unknown(why)
+    return found
+
+
 def run_check(name: str, history: History, ctx: CheckContext) -> Verdict:
-    """Run one check; an exception inside it becomes an ``unknown`` verdict with the traceback's tail."""
+    """Run one check: its black-box variant for a black-box target's history, else its function, or
+    ``unknown`` (:func:`no_reference`) when it needs a reference and ``ctx`` has none. :class:`Unknown`
+    raised inside becomes an ``unknown`` verdict with its text; any other exception an ``unknown``
+    verdict with the traceback's tail (a name that is not a registered check, too)."""
     try:
         variant = BLACKBOX_VARIANTS.get(name) if is_blackbox(history) else None
-        return (variant or CHECKS[name].fn)(history, ctx)
+        if variant is not None:
+            return variant(history, ctx)
+        definition = CHECKS[name]
+        if definition.needs_reference and ctx.reference is None:
+            return no_reference(name, ctx)
+        return definition.fn(history, ctx)
+    except Unknown as why:
+        return Verdict(name, "unknown", str(why))
     except Exception as exc:  # a check that raises yields unknown, never a pass
         tail = traceback.format_exc(limit=-2).strip().splitlines()[-1]
         return Verdict(name, "unknown", f"the check raised {type(exc).__name__}: {exc} ({tail})")

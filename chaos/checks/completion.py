@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
 import signal
-from collections.abc import Sequence
 
+from chaos.checks.agents import COLLATERAL, crashed_agent_exits, log_tails
 from chaos.checks.base import CheckContext, Verdict, check
 from chaos.checks.midwrite import landings
 from chaos.checks.restores import restart_budget
@@ -26,10 +25,6 @@ def _connect_hint(history: History) -> str:
     return CONNECT_HINT
 
 
-# errors a worker gets because a peer died first: never the root cause while another error is there
-COLLATERAL = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "SIGTERM", "Signal 15")
-
-
 def _where(e: Event) -> str:
     return "before its first step" if e.get("last_step") is None else f"at step {e['last_step']}"
 
@@ -46,8 +41,8 @@ def _last_errors(history: History, limit: int = 2) -> list[str]:
     """
     faults = history.faults()
     after = faults[-1]["t"] if faults else 0.0
-    started = {e["pid"]: e["t"] for e in history.probe("start")}
-    errors = [e for e in history.probe("exit") if e.get("status") == "error"]
+    started = {e["pid"]: e["t"] for e in history.job_events("start")}
+    errors = [e for e in history.job_events("exit") if e.get("status") == "error"]
     later = [e for e in errors if started.get(e["pid"], 0.0) > after]
     during = "" if later or not faults else f" during or after {faults[-1].get('description', 'the last fault')}"
     group = later or [e for e in errors if e["t"] >= after]
@@ -67,34 +62,10 @@ def _last_errors(history: History, limit: int = 2) -> list[str]:
     return out
 
 
-def _first_log_error(history: History, after: float, named: Sequence[str] = ()) -> list[str]:
-    """For a black-box target: the first error line (``log_error``) of the workers started after
-    ``after`` — or, if none of those printed one, the first printed after it by any worker (one
-    running when the fault began) — skipping peers' "Connection closed by peer" while another is
-    there; ``["first error: rank R (restart K) printed LINE"]``, or ``[]`` when there is none or
-    ``named`` (texts already in the verdict) names it already."""
-    started = {e["pid"]: float(e["t"]) for e in history.probe("start") if e.get("pid") is not None}
-    found = history.of("log_error")
-    group = [e for e in found if started.get(e.get("pid"), float(e["t"])) > after] or \
-        [e for e in found if float(e["t"]) >= after]
-    if not group:
-        return []
-    root = next((e for e in group if not any(c in str(e.get("line", "")) for c in COLLATERAL)), group[0])
-    line = re.sub(r"^\[rank\d+\]:\s*", "", " ".join(str(root.get("line", "?")).split()))[:200]
-    if any(line[:60] in text for text in named):
-        return []
-    return [f"first error: rank {root.get('rank', '?')} (restart {root.get('restart', '?')}) printed {line}"]
-
-
-def _log_tails(history: History) -> list[str]:
-    return [f"node {e['node']} agent log ({e.get('log')}) says: {e['log_tail']}"
-            for e in history.of("agent_exit") if e.get("exit_code") and e.get("log_tail")]
-
-
 def _reached(history: History) -> dict[int, int]:
     """rank → the highest step any of its processes completed (step and final events)."""
     out: dict[int, int] = {}
-    for e in history.probe("step", "final"):
+    for e in history.job_events("step", "final"):
         if e.get("step") is not None:
             out[e["rank"]] = max(out.get(e["rank"], 0), e["step"])
     return out
@@ -106,7 +77,7 @@ STOP_CODES = (-signal.SIGSTOP, -signal.SIGCONT, -signal.SIGTSTP)
 
 
 def _aborted_after_clean_exit(history: History) -> list[str]:
-    clean = {e["pid"] for e in history.probe("exit") if e.get("status") == "ok"}
+    clean = {e["pid"] for e in history.job_events("exit") if e.get("status") == "ok"}
     return [f"rank {e['rank']} (restart {e.get('restart')}) died with exit code {e['exit_code']} after reporting a "
             f"clean exit" for e in history.of("worker_exit")
             if e["pid"] in clean and e.get("exit_code") not in (0, None, *STOP_CODES)]
@@ -114,7 +85,7 @@ def _aborted_after_clean_exit(history: History) -> list[str]:
 
 def _hints(history: History) -> list[str]:
     """What known failure signatures in the workers' errors mean, and the fix."""
-    text = " ".join(str(e.get("error", "")) for e in history.probe("exit", "checkpoint_load_failed"))
+    text = " ".join(str(e.get("error", "")) for e in history.job_events("exit", "checkpoint_load_failed"))
     return [_connect_hint(history)] if "connectFullMesh" in text else []
 
 
@@ -142,27 +113,11 @@ def _stalled_incarnations(history: History) -> list[str]:
 
 def _progress(history: History) -> str:
     last: dict[int, int] = {}
-    for e in history.probe("step"):
+    for e in history.job_events("step"):
         last[e["rank"]] = e["step"]
     if not last:
         return "no rank completed a step"
     return "last step " + ", ".join(f"rank {r}: {s}" for r, s in sorted(last.items()))
-
-
-def _crashed_agent_exits(history: History) -> set[int]:
-    """ids of ``agent_exit`` events that a node-crash (or agent kill) fault caused: the first exit of
-    that node's agent after the fault. Those are the fault's doing, not the job's failure."""
-    out: set[int] = set()
-    exits = history.of("agent_exit")
-    for f in history.faults():
-        sel = f.get("select") or {}
-        node = f.get("node") if f.get("fault") == "node-crash" else sel.get("agent") if f.get("fault") == "kill" else None
-        if node is None:
-            continue
-        after = next((e for e in exits if e.get("node") == node and e["t"] >= f["t"] - 0.5), None)
-        if after is not None:
-            out.add(id(after))
-    return out
 
 
 @check("the job ran to its last step and every agent exited 0 within the deadline")
@@ -187,24 +142,24 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
         return Verdict(name, "failed", f"the job hung and was stopped: {stuck}; {_progress(history)}", events=[hung])
     exits = history.of("agent_exit")
     reached = _reached(history)
-    starts = history.probe("start")
+    starts = history.job_events("start")
     final_world = int(starts[-1].get("world_size") or ctx.world_size) if starts else ctx.world_size
     short = {r: reached.get(r) for r in range(final_world) if reached.get(r) != ctx.steps}
     # an agent a fault took down is the fault's doing, as long as the job went on without it
-    crashed = _crashed_agent_exits(history) if not short else set()
+    crashed = crashed_agent_exits(history) if not short else set()
     bad = [e for e in exits if e.get("exit_code") != 0 and id(e) not in crashed]
     if bad:
         codes = ", ".join(f"node {e['node']} exited {e['exit_code']}" for e in bad)
         parts = [f"torchrun agent failed: {codes}; {_progress(history)}"]
         parts += _aborted_after_clean_exit(history) + _last_errors(history) + restart_budget(history) + \
-            _hints(history) + _log_tails(history)
+            _hints(history) + log_tails(history)
         return Verdict(name, "failed", "; ".join(parts), events=bad[:3])
     if short:
         what = ", ".join(f"rank {r} reached {'no step' if s is None else f'step {s}'}" for r, s in sorted(short.items()))
         return Verdict(name, "failed", f"agents exited 0 but not every rank reached step {ctx.steps}: {what}",
                        events=exits[:2])
     last: dict[int, Event] = {}
-    for e in history.probe("start"):
+    for e in history.job_events("start"):
         last[e["rank"]] = e
     unclean = []
     for rank, start in sorted(last.items()):
@@ -216,7 +171,7 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
     if unclean:
         return Verdict(name, "failed", f"agents exited 0 but the last worker of {'; '.join(unclean)} did not exit "
                        "cleanly", events=exits[:2])
-    acc = [e.get("accuracy") for e in history.probe("eval")]
+    acc = [e.get("accuracy") for e in history.job_events("eval")]
     tail = f"; final test accuracy {acc[-1]:.4f}" if acc and acc[-1] is not None else ""
     notes = _aborted_after_clean_exit(history)
     note = f"; note: {'; '.join(notes)}" if notes else ""

@@ -11,17 +11,12 @@ and resumed from the previous good one, and said so (NVIDIA/Megatron-LM#5281).
 
 from __future__ import annotations
 
-import os
-
-from chaos.checks.base import CheckContext, Verdict, check
+from chaos.checks.base import CheckContext, Verdict, check, require
 from chaos.history import Event, History
+from chaos.paths import base_name as _name
 
 # what a verification says when files it reads were deleted under it (a job rotating its checkpoints)
 MISSING = ("it is gone", "FileNotFoundError", "No such file", "is missing", "it cannot be read")
-
-
-def _name(path: str | None) -> str:
-    return os.path.basename(path or "?")
 
 
 def _rotated_away(history: History, verified: Event) -> bool:
@@ -35,18 +30,17 @@ def _rotated_away(history: History, verified: Event) -> bool:
     if not any(word in str(verified.get("reason")) for word in MISSING):
         return False  # a wrong digest or a failed load of what was there is the finding, gone later or not
     path, t = verified["path"], verified["t"]
-    saves = [e for e in history.probe("checkpoint_saved") if e["t"] <= t]
+    saves = [e for e in history.job_events("checkpoint_saved") if e["t"] <= t]
     mine = [e["t"] for e in saves if e.get("path") == path]
     return bool(mine) and any(e["t"] > max(mine) and e.get("path") != path for e in saves)
 
 
 @check("every checkpoint the job reported as saved is complete, matches its digest and loads — verified by "
-       "the runner after the save, at each load and at the end")
+       "the runner after the save, at each load and at the end", needs_checkpoint_watch=True)
 def checkpoint_durable(history: History, ctx: CheckContext) -> Verdict:
     name = "checkpoint_durable"
-    verified = history.of("checkpoint_verified")
-    if not verified:
-        return Verdict(name, "unknown", "no checkpoint was reported saved (or the runner did not watch them)")
+    verified = require(history.of("checkpoint_verified"),
+                       "no checkpoint was reported saved (or the runner did not watch them)")
     rotated = [e for e in verified if _rotated_away(history, e)]
     bad_all = [e for e in verified if not e.get("ok") and not any(e is r for r in rotated)]
     bad = [e for i, e in enumerate(bad_all)  # one line per (checkpoint, moment, finding), however many ranks
@@ -59,7 +53,7 @@ def checkpoint_durable(history: History, ctx: CheckContext) -> Verdict:
         return Verdict(name, "failed", f"{len(bad)} verification(s) failed: {text}{more}", events=bad[:4])
     loads = sum(e.get("when") == "load" for e in verified)
     end = sum(e.get("when") == "end" for e in verified)
-    skipped, failed = history.probe("checkpoint_skipped"), history.probe("checkpoint_save_failed")
+    skipped, failed = history.job_events("checkpoint_skipped"), history.job_events("checkpoint_save_failed")
     notes = ([f"{len(skipped)} save(s) skipped while the previous one was still being written"] if skipped else []) + \
         ([f"{len(failed)} save(s) failed and were not reported saved ({failed[0].get('error')})"] if failed else [])
     dcp = {e["path"] for e in verified if e.get("when") == "saved" and e.get("format") == "dcp"}
@@ -73,12 +67,10 @@ def checkpoint_durable(history: History, ctx: CheckContext) -> Verdict:
                    + (f"; {'; '.join(notes)}" if notes else ""), value=len(saved))
 
 
-@check("the `latest` pointer never named an incomplete checkpoint")
+@check("the `latest` pointer never named an incomplete checkpoint", needs_checkpoint_watch=True)
 def latest_is_complete(history: History, ctx: CheckContext) -> Verdict:
     name = "latest_is_complete"
-    changes = history.of("latest_changed")
-    if not changes:
-        return Verdict(name, "unknown", "no `latest` pointer was seen (the target writes none)")
+    changes = require(history.of("latest_changed"), "no `latest` pointer was seen (the target writes none)")
     bad = [e for e in changes if e.get("complete") is False]  # None: it vanished before it could be judged
     t0 = history.run_start() or 0.0
     if bad:
@@ -106,16 +98,16 @@ def latest_is_complete(history: History, ctx: CheckContext) -> Verdict:
                    f"checkpoint (last: {changes[-1]['name']}){also}", value=len(changes))
 
 
-@check("after the newest checkpoint was damaged, the job rejected it and resumed from the previous good one")
+@check("after the newest checkpoint was damaged, the job rejected it and resumed from the previous good one",
+       needs_checkpoint_watch=True)
 def fell_back(history: History, ctx: CheckContext) -> Verdict:
     name = "fell_back"
-    damage = [e for e in history.faults() if e.get("fault") == "checkpoint"]
-    if not damage:
-        return Verdict(name, "unknown", "no checkpoint was damaged in this run (no `checkpoint` fault fired)")
+    damage = require([e for e in history.faults() if e.get("fault") == "checkpoint"],
+                     "no checkpoint was damaged in this run (no `checkpoint` fault fired)")
     problems, oks = [], []
     for f in damage:
         bad_name, bad_step = f.get("checkpoint"), f.get("checkpoint_step")
-        loads = [e for e in history.probe("checkpoint_loaded", "checkpoint_load_failed", "checkpoint_rejected")
+        loads = [e for e in history.job_events("checkpoint_loaded", "checkpoint_load_failed", "checkpoint_rejected")
                  if e["t"] > f["t"]]
         if not loads:
             problems.append(f"after {f.get('description')} ({bad_name}) the job never loaded a checkpoint again "

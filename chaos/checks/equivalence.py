@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chaos.checks.base import CheckContext, Verdict, check, no_reference, short
+from chaos.checks.base import CheckContext, Verdict, check, short
 from chaos.checks.replicas import evident_split_of, split_of
 from chaos.history import History
 
@@ -10,7 +10,7 @@ from chaos.history import History
 def final_digests(history: History) -> dict[int, str]:
     """rank → parameter digest of the last ``final`` event of that rank."""
     out: dict[int, str] = {}
-    for e in history.probe("final"):
+    for e in history.job_events("final"):
         if e.get("digest"):
             out[e["rank"]] = e["digest"]
     return out
@@ -19,7 +19,7 @@ def final_digests(history: History) -> dict[int, str]:
 def step_digests(history: History, rank: int = 0) -> dict[int, str]:
     """step → parameter digest after that step on ``rank`` (the last time the step was run)."""
     out: dict[int, str] = {}
-    for e in history.probe("step"):
+    for e in history.job_events("step"):
         if e["rank"] == rank and e.get("digest"):
             out[e["step"]] = e["digest"]
     return out
@@ -30,8 +30,7 @@ def step_digests(history: History, rank: int = 0) -> dict[int, str]:
 def equivalent_to_reference(history: History, ctx: CheckContext) -> Verdict:
     name = "equivalent_to_reference"
     ref = ctx.reference
-    if ref is None:
-        return no_reference(name, ctx)
+    assert ref is not None  # needs_reference: run_check answers for a run without one
     if ref.world_size != ctx.world_size:
         return Verdict(name, "unknown", f"the reference ran at world size {ref.world_size}, this run at {ctx.world_size}")
     mine = final_digests(history)
@@ -68,7 +67,7 @@ def equivalent_to_reference(history: History, ctx: CheckContext) -> Verdict:
     first = next((s for s in common if steps[s] != ref.step_digests[s]), None)
     if first is not None:
         same = [s for s in common if s < first]
-        loads = [e["step"] for e in history.probe("checkpoint_loaded") if e["rank"] == 0 and e["step"] < first]
+        loads = [e["step"] for e in history.job_events("checkpoint_loaded") if e["rank"] == 0 and e["step"] < first]
         since = max([*same[-1:], *loads[-1:]], default=0)  # equal to the reference (compared, or restored) here
         where = f"at step {first}" if since == first - 1 else f"between step {since + 1} and step {first}"
         tail = f", after the restore from step {loads[-1]}" if loads else ""

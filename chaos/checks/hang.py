@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.checks.base import CheckContext, Verdict, check, is_blackbox
+from chaos.checks.base import CheckContext, Verdict, check, is_blackbox, require
 from chaos.history import Event, History
+from chaos.kinds import CUTTING_KINDS
 
 DEFAULT_SLACK_S = 10.0
 # faults whose victims' peers must give up within the collective timeout
-CUTTING_FAULTS = ("pause", "partition", "loss", "delay", "bandwidth")
+CUTTING_FAULTS = CUTTING_KINDS  # the kinds table's
 
 
 def bound_s(params: dict[str, Any], collective_timeout_s: float | None) -> float | None:
@@ -66,7 +67,7 @@ def silences(history: History) -> list[Silence]:
     run_end = history.first("run_end")
     blackbox = is_blackbox(history)
     out = []
-    for start in history.probe("start"):
+    for start in history.job_events("start"):
         rank, pid = start["rank"], start["pid"]
         events = [e for e in history.of_pid(pid) if e["t"] >= start["t"] and e.get("rank") == rank]
         if blackbox and not any(e["kind"].startswith("log_") for e in events):
@@ -120,7 +121,7 @@ def _gave_up(history: History, f: Event) -> dict[int, float]:
     rank giving up), for the ranks ``f`` did not itself hold."""
     hit = set(f.get("ranks", []))
     t = float(f["t"])
-    running = {e["pid"] for e in history.probe("start") if e["t"] < t}
+    running = {e["pid"] for e in history.job_events("start") if e["t"] < t}
     out: dict[int, float] = {}
     for e in history.events:
         rank = e.get("rank")
@@ -165,16 +166,15 @@ def timeout_note(declared: float | None, recorded: dict[int, float]) -> str:
 
 
 @check("no rank stays blocked longer than the collective timeout (+ slack) when a peer is paused or cut off",
-       params={"timeout_s": float, "slack_s": float})
+       params={"timeout_s": float, "slack_s": float}, silence_bound=bound_s)
 def no_hang(history: History, ctx: CheckContext) -> Verdict:
     name = "no_hang"
     declared = ctx.params.get("timeout_s", ctx.collective_timeout_s)
     recorded = history.collective_timeouts()
     effective = max(recorded.values()) if recorded else None
-    bound = bound_s(ctx.params, declared if declared is not None else effective)
-    if bound is None:
-        return Verdict(name, "unknown", "no collective timeout known: set target.collective_timeout_s or "
-                       "`no_hang: {timeout_s: N}` (a target with the probe records its job's own)")
+    bound = require(bound_s(ctx.params, declared if declared is not None else effective),
+                    "no collective timeout known: set target.collective_timeout_s or "
+                    "`no_hang: {timeout_s: N}` (a target with the probe records its job's own)")
     timeout = bound - float(ctx.params.get("slack_s", DEFAULT_SLACK_S))
     source = " — the job's own, recorded by the probe" if declared is None else ""
     what = f"the bound {bound:g} s (collective timeout {timeout:g} s{source} + slack {bound - timeout:g} s)"

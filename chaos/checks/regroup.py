@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from chaos.checks.base import CheckContext, Verdict, check
+from chaos.checks.base import CheckContext, Verdict, check, require
 from chaos.history import Event, History
 
 DEFAULT_MAX_REGROUP_S = 120.0
@@ -59,7 +59,7 @@ def _returned(history: History) -> list[tuple[Event, int]]:
 
 def _generation(history: History, after: float, world: int, smaller: bool) -> list[Event]:
     """``start`` events after ``after`` whose world size is smaller than (or equal to) ``world``."""
-    return [e for e in history.probe("start") if e["t"] > after and
+    return [e for e in history.job_events("start") if e["t"] > after and
             ((e.get("world_size", world) < world) if smaller else e.get("world_size") == world)]
 
 
@@ -67,7 +67,7 @@ def _first(history: History, kind: str, starts: list[Event]) -> Event | None:
     """The first ``kind`` probe event of the worker processes that ``starts`` began."""
     pids = {s["pid"] for s in starts}
     t0 = min((s["t"] for s in starts), default=0.0)
-    return next((e for e in history.probe(kind) if e["pid"] in pids and e["t"] >= t0), None)
+    return next((e for e in history.job_events(kind) if e["pid"] in pids and e["t"] >= t0), None)
 
 
 def _why_not(history: History, lost_node: int, rdzv_node: int, after: float) -> str:
@@ -94,9 +94,7 @@ def _why_not(history: History, lost_node: int, rdzv_node: int, after: float) -> 
        "when it returns the world size grows back", params={"max_regroup_s": float})
 def regrouped(history: History, ctx: CheckContext) -> Verdict:
     name = "regrouped"
-    lost = _lost(history, ctx.rdzv_node)
-    if not lost:
-        return Verdict(name, "unknown", "no node was lost in this run (no node-crash or agent kill fired)")
+    lost = require(_lost(history, ctx.rdzv_node), "no node was lost in this run (no node-crash or agent kill fired)")
     bound = float(ctx.params.get("max_regroup_s", DEFAULT_MAX_REGROUP_S))
     start = history.first("run_start")
     world = int((start or {}).get("world_size") or ctx.world_size)

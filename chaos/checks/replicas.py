@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from chaos.checks.base import CheckContext, Verdict, check, is_blackbox, short
+from chaos.checks.base import CheckContext, Verdict, check, require, short
 from chaos.history import Event, History
 
 
 def final_events(history: History) -> dict[int, Event]:
     """rank → its last ``final`` event that carries a ``digest``."""
     out: dict[int, Event] = {}
-    for e in history.probe("final"):
+    for e in history.job_events("final"):
         if e.get("digest"):
             out[e["rank"]] = e
     return out
@@ -85,7 +85,7 @@ def evident_split_of(history: History) -> str | None:
 def first_divergence(history: History, ranks: list[int]) -> int | None:
     """The first step whose recorded parameter digests differ between ``ranks`` (None: none recorded)."""
     per_rank: dict[int, dict[int, str]] = {r: {} for r in ranks}
-    for e in history.probe("step"):
+    for e in history.job_events("step"):
         if e["rank"] in per_rank and e.get("digest"):
             per_rank[e["rank"]][e["step"]] = e["digest"]
     common = sorted(set.intersection(*(set(s) for s in per_rank.values()))) if per_rank else []
@@ -95,15 +95,9 @@ def first_divergence(history: History, ranks: list[int]) -> int | None:
 @check("every replica (every rank of a data-parallel job, or of each replica_group) ended with bitwise "
        "equal parameters; needs no reference run")
 def replicas_agree(history: History, ctx: CheckContext) -> Verdict:
-    name = "replicas_agree"
-    if is_blackbox(history):
-        return Verdict(name, "unknown", "a black-box target reports no parameter digests, so its replicas cannot be "
-                       "compared; import chaos.probe in the target and emit 'final' with a digest "
-                       "(see 'Instrumenting your own target')")
-    finals = final_events(history)
-    if not finals:
-        return Verdict(name, "unknown", "no rank recorded its final parameters (a 'final' event with a digest): "
-                       "the job did not finish, or the target does not report them")
+    name = "replicas_agree"  # a black-box target's variant: chaos.checks.blackbox.unknown
+    finals = require(final_events(history), "no rank recorded its final parameters (a 'final' event with a digest): "
+                     "the job did not finish, or the target does not report them")
     groups = replica_groups(history)
     missing = sorted(set(range(ctx.world_size)) - set(finals))
     events = [finals[r] for r in sorted(finals)][:4]

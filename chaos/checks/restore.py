@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 from chaos.checks.base import CheckContext, Verdict, check, short
 from chaos.checks.restores import Restore, recovered_at, restart_budget, restores
 from chaos.checks.skeleton import Judged, Measured, Stop, judge_lost, judge_recovery, judge_restores
 from chaos.history import History
-
-
-def _ckpt(path: str | None) -> str:
-    return os.path.basename(path) if path else "?"
+from chaos.paths import base_name as _ckpt
 
 
 def _first_error(history: History, r: Restore) -> str:

@@ -6,10 +6,11 @@ import os
 from dataclasses import dataclass, field
 
 from chaos.history import Event, History
+from chaos.kinds import DISRUPTING_KINDS, KILLING_KINDS
 
-KILLING_FAULTS = ("kill", "node-crash")
+KILLING_FAULTS = KILLING_KINDS
 # faults that may or may not end in a restart (a peer's collective timeout): judged only if one followed
-DISRUPTING_FAULTS = ("pause", "partition", "delay", "loss", "bandwidth", "disk")
+DISRUPTING_FAULTS = DISRUPTING_KINDS
 RESTORE_KINDS = ("checkpoint_load_begin", "checkpoint_loaded", "checkpoint_load_failed", "step")
 
 
@@ -58,7 +59,7 @@ def stopped_by(history: History, fault: Event, until: float | None = None) -> li
     t = float(fault.get("t_inject") or fault["t"])
     ends = history.of("exit", "worker_exit")
     ended_before = {e.get("pid") for e in ends if e["t"] < t}
-    running = {e["pid"]: e["rank"] for e in history.probe("start")
+    running = {e["pid"]: e["rank"] for e in history.job_events("start")
                if e["t"] < t and e.get("pid") is not None and e["pid"] not in ended_before}
     ended = {e.get("pid") for e in ends if e["t"] >= t and (until is None or e["t"] <= until)}
     replaced = set(history.processes_started_after(t, until))
@@ -84,20 +85,20 @@ def restores(history: History) -> list[Restore]:
     for i, fault in enumerate(kills):
         tk = fault["t"]
         until = kills[i + 1]["t"] if i + 1 < len(kills) else None
-        steps_before = [e["step"] for e in history.probe("step") if e["t"] < tk]
+        steps_before = [e["step"] for e in history.job_events("step") if e["t"] < tk]
         damaged = {e.get("checkpoint"): e for e in history.faults() if e.get("fault") == "checkpoint" and e["t"] < tk}
         # what was on disk when the job restarted: a rank the fault did not stop (a peer of a paused or
         # killed rank) may finish a save after the fault and before the restart; that save is whole
         restarted = [s["t"] for ss in history.processes_started_after(tk, until).values() for s in ss]
         cut = min(restarted) if restarted else tk
-        all_saved = [e for e in history.probe("checkpoint_saved") if e["t"] < cut]
+        all_saved = [e for e in history.job_events("checkpoint_saved") if e["t"] < cut]
         # a checkpoint damaged after its save is no longer durable
         saved = [e for e in all_saved if os.path.basename(e["path"]) not in damaged]
         last_saved: dict[str, float] = {}
         for e in all_saved:
             last_saved[e["path"]] = e["t"]
         torn: dict[str, Event] = {}
-        for e in history.probe("checkpoint_save_begin"):
+        for e in history.job_events("checkpoint_save_begin"):
             # torn: the latest save of that path began before the restart and did not complete before it
             if e["t"] < cut and last_saved.get(e["path"], -1.0) < e["t"]:
                 torn[e["path"]] = e
@@ -117,7 +118,7 @@ def restores(history: History) -> list[Restore]:
             start = reached[0] if reached else starts[0]
             rec = RankRecovery(rank=rank, start=start, false_starts=[s for s in starts if s["t"] < start["t"]])
             # a rank that rejoined later (an elastic job growing back) should load what was saved meanwhile
-            later = [e for e in history.probe("checkpoint_saved") if e["t"] < start["t"]
+            later = [e for e in history.job_events("checkpoint_saved") if e["t"] < start["t"]
                      and os.path.basename(e["path"]) not in damaged]
             rec.durable = max(later, key=lambda e: (e["step"], e["t"])) if later else None
             for e in history.of_pid(start["pid"]):
@@ -143,16 +144,16 @@ def recovered_at(history: History, restore: Restore) -> float | None:
     the job has recovered when every rank has reported its ``final`` state again."""
     if not restore.ranks:
         return None
-    if not any(e["t"] > restore.fault["t"] for e in history.probe("step")):
+    if not any(e["t"] > restore.fault["t"] for e in history.job_events("step")):
         finals: dict[int, float] = {}
-        for e in history.probe("final"):
+        for e in history.job_events("final"):
             if e["t"] > restore.fault["t"]:
                 finals.setdefault(e["rank"], e["t"])
         return max(finals.values()) if finals and set(restore.ranks) <= set(finals) else None
     firsts = [rec.first_step["t"] for rec in restore.ranks.values() if rec.first_step is not None]
     if len(firsts) < len(restore.ranks):
         # a later incarnation may have recovered instead: first step by any process started after the fault
-        later = [e for e in history.probe("step") if e["t"] > restore.fault["t"]]
+        later = [e for e in history.job_events("step") if e["t"] > restore.fault["t"]]
         if not later:
             return None
         by_rank: dict[int, float] = {}
@@ -171,7 +172,7 @@ def restart_budget(history: History) -> list[str]:
     if budget is None:
         return []
     used: dict[int, int] = {}
-    for e in history.probe("start"):
+    for e in history.job_events("start"):
         if e.get("node") is not None:
             used[e["node"]] = max(used.get(e["node"], 0), int(e.get("restart") or 0))
     failed = sorted({e["node"] for e in history.of("agent_exit") if e.get("exit_code") not in (0, None)

@@ -3,7 +3,7 @@ job end healthy?"""
 
 from __future__ import annotations
 
-from chaos.checks.base import CheckContext, Verdict, check, no_reference, short
+from chaos.checks.base import CheckContext, Verdict, check, require, short
 from chaos.checks.equivalence import final_digests
 from chaos.checks.replicas import evident_split_of
 from chaos.history import Event, History
@@ -12,7 +12,7 @@ DEFAULT_WITHIN_STEPS = 10
 
 
 def _injections(history: History) -> list[Event]:
-    return history.probe("sdc_inject")
+    return history.job_events("sdc_inject")
 
 
 def _explained_by(alarm: Event, injections: list[Event], within: int) -> Event | None:
@@ -33,10 +33,8 @@ def _what(inj: Event) -> str:
 def sdc_detected(history: History, ctx: CheckContext) -> Verdict:
     name = "sdc_detected"
     within = int(ctx.params.get("within_steps", DEFAULT_WITHIN_STEPS))
-    injections = _injections(history)
-    if not injections:
-        return Verdict(name, "unknown", "no corruption was injected in this run")
-    alarms = history.probe("sdc_alarm")
+    injections = require(_injections(history), "no corruption was injected in this run")
+    alarms = history.job_events("sdc_alarm")
     missed, found, latencies = [], [], []
     for inj in injections:
         hit = next((a for a in alarms if a["t"] >= inj["t"] and 0 <= a.get("step", 0) - inj.get("step", 0) <= within
@@ -61,9 +59,9 @@ def no_false_alarms(history: History, ctx: CheckContext) -> Verdict:
     name = "no_false_alarms"
     within = int(ctx.params.get("within_steps", DEFAULT_WITHIN_STEPS))
     injections = _injections(history)
-    alarms = history.probe("sdc_alarm")
+    alarms = history.job_events("sdc_alarm")
     false = [a for a in alarms if _explained_by(a, injections, within) is None]
-    steps = len({(e["rank"], e["step"], e.get("restart"), e["t"]) for e in history.probe("step")})
+    steps = len({(e["rank"], e["step"], e.get("restart"), e["t"]) for e in history.job_events("step")})
     if false:
         examples = "; ".join(f"{a.get('detector')} at step {a.get('step')} on rank {a['rank']} naming "
                              f"{a.get('suspected_ranks')} ({a.get('evidence')})" for a in false[:3])
@@ -79,12 +77,11 @@ def no_false_alarms(history: History, ctx: CheckContext) -> Verdict:
 def recovered(history: History, ctx: CheckContext) -> Verdict:
     name = "recovered"
     ref = ctx.reference
-    if ref is None:
-        return no_reference(name, ctx)
+    assert ref is not None  # needs_reference: run_check answers for a run without one
     mine = final_digests(history)
     if not mine:
         return Verdict(name, "failed", "the job recorded no final parameters (it did not finish)")
-    rollbacks = history.probe("sdc_rollback")
+    rollbacks = history.job_events("sdc_rollback")
     how = f" after {len([e for e in rollbacks if e['rank'] == 0])} rollback(s)" if rollbacks else ""
     split = evident_split_of(history)  # every rank's digest, not one: a drifting replica is not a recovery
     if split is not None and all(ref.final_digests.get(r) == d for r, d in mine.items()):
@@ -94,7 +91,7 @@ def recovered(history: History, ctx: CheckContext) -> Verdict:
         return Verdict(name, "ok", f"final parameters equal the reference bitwise{how} (digest "
                        f"{short(next(iter(mine.values())))})")
     drop = float(ctx.params.get("max_accuracy_drop", 0.01))
-    acc = [float(e["accuracy"]) for e in history.probe("eval") if e.get("accuracy") is not None]
+    acc = [float(e["accuracy"]) for e in history.job_events("eval") if e.get("accuracy") is not None]
     if not acc or ref.accuracy is None:
         return Verdict(name, "failed", "final parameters differ from the reference and no test accuracy was recorded")
     delta = ref.accuracy - acc[-1]

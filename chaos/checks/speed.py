@@ -11,11 +11,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from chaos.checks.base import CheckContext, Verdict, check, is_blackbox
+from chaos.checks.base import CheckContext, Verdict, check, is_blackbox, require
 from chaos.history import History
+from chaos.kinds import LASTING_KINDS
 
 DEFAULT_MAX_SLOWDOWN = 50.0
-LASTING_FAULTS = ("delay", "loss", "bandwidth", "pause", "partition", "disk")
+LASTING_FAULTS = LASTING_KINDS  # the kinds table's
+NO_LASTING_FAULT = "no lasting fault in this run, so no slowdown to measure"
 
 
 @dataclass
@@ -36,7 +38,7 @@ def _step_gaps(history: History) -> list[tuple[float, float]]:
     """(time of the step, ms since the same process's previous step)."""
     last: dict[int, float] = {}
     out = []
-    for e in history.probe("step"):
+    for e in history.job_events("step"):
         prev = last.get(e["pid"])
         if prev is not None:
             out.append((e["t"], (e["t"] - prev) * 1000))
@@ -85,9 +87,7 @@ def describe(ps: list[Phase]) -> str:
        "within max_slowdown × its time before the fault", params={"max_slowdown": float})
 def step_time(history: History, ctx: CheckContext) -> Verdict:
     name = "step_time"
-    ps = phases(history)
-    if not ps:
-        return Verdict(name, "unknown", "no lasting fault in this run, so no slowdown to measure")
+    ps = require(phases(history), NO_LASTING_FAULT)
     base = ps[0].mean_ms
     if base is None:
         return Verdict(name, "unknown", f"no steps before the first fault to compare with; {describe(ps)}")

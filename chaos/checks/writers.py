@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from chaos.checks.base import CheckContext, Verdict, check
+from chaos.checks.base import CheckContext, Verdict, check, require
 from chaos.history import Event, History
 
 
@@ -32,7 +32,7 @@ class Save:
 def saves(history: History) -> list[Save]:
     """Every probe-reported save, in the order they began."""
     out = []
-    for b in history.probe("checkpoint_save_begin"):
+    for b in history.job_events("checkpoint_save_begin"):
         if b.get("path") is None:
             continue
         later = [e for e in history.of_pid(b["pid"]) if e["t"] >= b["t"] and e is not b]
@@ -58,13 +58,10 @@ def clashes(found: list[Save]) -> list[tuple[Save, Save, str]]:
     return out
 
 
-@check("no two ranks write one checkpoint path at once (nor both save the same step to it)")
+@check("no two ranks write one checkpoint path at once (nor both save the same step to it)", needs_writer_scan=True)
 def exclusive_saves(history: History, ctx: CheckContext) -> Verdict:
     name = "exclusive_saves"
-    found = saves(history)
-    if not found:
-        return Verdict(name, "unknown", "no rank reported a checkpoint_save_begin (probe), so no save could be "
-                       "judged")
+    found = require(saves(history), "no rank reported a checkpoint_save_begin (probe), so no save could be judged")
     bad = clashes(found)
     if not bad:
         writers = sorted({s.rank for s in found})

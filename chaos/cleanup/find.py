@@ -1,4 +1,4 @@
-"""Looking at the machine: a :class:`~chaos.cleanup.owner.Facts` snapshot, and the plan of what to undo.
+"""The plan of what ``chaos cleanup`` undoes, from a look at the machine (:mod:`chaos.cleanup.snapshot`).
 
 The plan has two sources. **Manifests**: each run directory in scope whose run is dead and whose
 ``resources.jsonl`` has outstanding resources gives one item per resource. **The sweep**: everything
@@ -12,32 +12,25 @@ owner is dead (:mod:`chaos.cleanup.owner`). What is alive, or not ours by name, 
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from chaos.cleanup.owner import (
-    Facts,
-    Labelled,
-    Proc,
-    RunRecord,
-    Verdict,
-    labelled_liveness,
-    mount_liveness,
-    named_liveness,
-    process_liveness,
-    run_liveness,
-    token_of,
+from chaos.cleanup.owner import Facts, Verdict, labelled_liveness, mount_liveness, named_liveness, process_liveness, run_liveness
+from chaos.cleanup.snapshot import (
+    NETNS_DIR,
+    host_chains,
+    labelled_of,
+    links,
+    mount_run,
+    namespaces,
+    netns_inode,
+    run_dirs,
+    snapshot,
+    untrusted_manifest,
 )
-from chaos.manifest import MANIFEST, Manifest, held, registered_runs
+from chaos.manifest import Manifest, registered_runs
 
-NETNS_DIR = Path("/run/netns")
-RUNNER_LOG = "runner.jsonl"
 ORDER = ("process", "mount", "qdisc", "chain", "netns", "veth", "bridge", "container", "network", "image",
          "reservation", "runner")
 
@@ -73,257 +66,6 @@ class Plan:
 
     def ordered(self) -> list[Item]:
         return sorted(self.items, key=lambda i: ORDER.index(i.kind) if i.kind in ORDER else len(ORDER))
-
-
-# -- the snapshot ------------------------------------------------------------------------------------
-def _parent_arg(cmd: list[str]) -> int | None:
-    for i, a in enumerate(cmd):
-        if a == "--parent-pid" and i + 1 < len(cmd) and cmd[i + 1].isdigit():
-            return int(cmd[i + 1])
-        if a.startswith("--parent-pid="):
-            v = a.split("=", 1)[1]
-            return int(v) if v.isdigit() else None
-    return None
-
-
-def _role(cmd: list[str]) -> str | None:
-    if "-m" in cmd:
-        mod = cmd[cmd.index("-m") + 1] if cmd.index("-m") + 1 < len(cmd) else ""
-        return {"chaos.net.delayer": "delayer", "chaos.disk.fs": "disk-fs"}.get(mod)
-    return None
-
-
-def _ancestors() -> set[int]:
-    """This process and its ancestors: never ours to kill, whatever they carry."""
-    out, pid = set(), os.getpid()
-    while pid > 1 and pid not in out:
-        out.add(pid)
-        try:
-            pid = psutil.Process(pid).ppid()
-        except psutil.Error:
-            break
-    return out
-
-
-def processes() -> tuple[dict[int, Proc], bool]:
-    """Every process (but this one and its ancestors) and whether every environment could be read."""
-    skip = _ancestors()
-    out: dict[int, Proc] = {}
-    complete = True
-    for ps in psutil.process_iter(["pid", "ppid", "create_time", "cmdline"]):
-        info = ps.info
-        if info["pid"] in skip or info["create_time"] is None:
-            continue
-        cmd = list(info["cmdline"] or [])
-        try:
-            env = ps.environ()
-        except psutil.AccessDenied:
-            complete = False
-            env = {}
-        except (psutil.Error, OSError):
-            env = {}
-        try:
-            netns = os.stat(f"/proc/{info['pid']}/ns/net").st_ino
-        except OSError:
-            netns = None
-        try:
-            pgid = os.getpgid(info["pid"])
-        except OSError:
-            pgid = None
-        runner = env.get("CHAOS_RUNNER_PID", "")
-        out[info["pid"]] = Proc(info["pid"], info["ppid"] or 0, round(info["create_time"], 3), tuple(cmd),
-                                env.get("CHAOS_RUN_ID") or None, int(runner) if runner.isdigit() else None,
-                                _role(cmd), _parent_arg(cmd), netns, pgid)
-    return out, complete
-
-
-def runner_logs(pids: list[int]) -> tuple[dict[str, int], bool]:
-    """Run id (its directory's name) → a pid that has ``<run dir>/runner.jsonl`` open for writing;
-    and whether every process's open files could be read."""
-    out: dict[str, int] = {}
-    complete = True
-    for pid in pids:
-        fd_dir = f"/proc/{pid}/fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except PermissionError:
-            complete = False
-            continue
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"{fd_dir}/{fd}")
-            except OSError:
-                continue
-            target = target.removesuffix(" (deleted)")
-            if not target.endswith("/" + RUNNER_LOG):
-                continue
-            try:
-                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                    flags = next((int(ln.split()[1], 8) for ln in f if ln.startswith("flags:")), 0)
-            except (OSError, ValueError):
-                flags = os.O_WRONLY  # cannot tell: count it as a writer (alive)
-            if flags & os.O_ACCMODE != os.O_RDONLY:
-                out.setdefault(Path(target).parent.name, pid)
-    return out, complete
-
-
-def docker_objects() -> tuple[Any, list[Any], list[Any]]:
-    """(client, containers, networks) labelled ``chaos=1``; (None, [], []) without an engine."""
-    try:
-        from chaos.backends.docker import docker_client
-        from chaos.errors import CapabilityError
-
-        try:
-            client = docker_client(timeout_s=30)
-        except CapabilityError:
-            return None, [], []
-        containers = client.containers.list(all=True, filters={"label": "chaos=1"})
-        networks = client.networks.list(filters={"label": "chaos=1"})
-        return client, containers, networks
-    except Exception:
-        return None, [], []
-
-
-def _created(attrs: dict[str, Any]) -> float | None:
-    from datetime import datetime
-
-    text = str(attrs.get("Created") or "")
-    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?", text)
-    if not m:
-        return None
-    from datetime import timezone
-
-    return datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp() + \
-        float(m.group(2) or 0)
-
-
-def _labels(obj: Any) -> dict[str, str]:
-    try:
-        return dict(obj.labels or {}) if hasattr(obj, "labels") else dict(obj.attrs.get("Labels") or {})
-    except Exception:
-        return {}
-
-
-def _labelled(obj: Any) -> Labelled | None:
-    labels = _labels(obj)
-    run_id = labels.get("chaos.run")
-    if not run_id:
-        return None
-    pid = labels.get("chaos.runner_pid", "")
-    try:
-        start = float(labels.get("chaos.runner_start", ""))
-    except ValueError:
-        start = None
-    return Labelled(run_id, int(pid) if pid.isdigit() else None, start, _created(obj.attrs))
-
-
-def run_dirs(runs_dir: Path | None, extra: list[str]) -> list[Path]:
-    """Run directories in scope: the children of ``runs_dir`` with a manifest or a runner log, and ``extra``."""
-    found: list[Path] = []
-    if runs_dir is not None and runs_dir.is_dir():
-        for d in sorted(runs_dir.iterdir()):
-            if d.is_dir() and ((d / MANIFEST).exists() or (d / RUNNER_LOG).exists()):
-                found.append(d)
-    for e in extra:
-        p = Path(e)
-        if p.is_dir() and p not in found:
-            found.append(p)
-    return found
-
-
-def untrusted_manifest(run_dir: Path) -> str | None:
-    """Why the manifest of ``run_dir`` is not to be acted on: it or the directory is not owned by this
-    user (or root), or is writable by others than its owner (and this user's group): cleanup runs as
-    root and kills and removes what a manifest names. None if fine."""
-    me = os.geteuid()
-    for path in (run_dir, run_dir / MANIFEST):
-        try:
-            st = path.stat()
-        except OSError as exc:
-            return f"cannot stat {path}: {exc}"
-        if st.st_uid not in (me, 0):
-            return f"{path} belongs to uid {st.st_uid}, not to this user ({me}) or root"
-        if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid not in (os.getegid(), 0)):
-            return f"{path} is writable by others (mode {st.st_mode & 0o777:o}, group {st.st_gid})"
-    return None
-
-
-def snapshot(dirs: list[Path], with_docker: bool = True) -> tuple[Facts, Any, list[Any], list[Any]]:
-    """The facts about this machine, after listing what there is (so a run that starts meanwhile made
-    nothing that was listed), plus the docker client and chaos-labelled containers and networks."""
-    client, containers, networks = docker_objects() if with_docker else (None, [], [])
-    procs, complete = processes()
-    logs, complete_fds = runner_logs(list(procs))
-    facts = Facts(procs=procs, runner_logs=logs, complete=complete and complete_fds)
-    for reg in registered_runs():
-        facts.registry_locked[reg.run_id] = reg.locked
-    for d in dirs:
-        runner = Manifest.runner(d)
-        run_id = str((runner or {}).get("run_id") or d.name)
-        facts.extra_run_ids.add(d.name)
-        if runner is None:
-            continue
-        released = not any(r.kind == "runner" for r in Manifest.read(d))
-        facts.runs[run_id] = RunRecord(run_id, str(d), runner, released)
-        path = runner.get("registry")
-        if path and held(Path(path)):
-            facts.registry_paths_locked.add(str(path))
-    facts.labelled = [lab for obj in [*containers, *networks] if (lab := _labelled(obj)) is not None]
-    return facts, client, containers, networks
-
-
-# -- machine resources -------------------------------------------------------------------------------
-def namespaces() -> list[str]:
-    try:
-        return sorted(n for n in os.listdir(NETNS_DIR) if token_of("netns", n))
-    except OSError:
-        return []
-
-
-def links() -> list[tuple[str, str]]:
-    """(kind, name) of this namespace's links named as chaos names them (bridge, veth)."""
-    try:
-        out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    found = []
-    for line in out.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) < 2:
-            continue
-        name = parts[1].strip().split("@")[0]
-        for kind in ("bridge", "veth"):
-            if token_of(kind, name):
-                found.append((kind, name))
-    return found
-
-
-def host_chains() -> list[str]:
-    """Chains of this namespace's filter table named ``CHAOS-<tok>-…``."""
-    if shutil.which("iptables") is None:
-        return []
-    try:
-        out = subprocess.run(["iptables", "-w", "5", "-S"], capture_output=True, text=True, timeout=15).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [ln.split()[1] for ln in out.splitlines() if ln.startswith("-N ") and token_of("chain", ln.split()[1])]
-
-
-def netns_inode(name: str) -> int | None:
-    try:
-        return os.stat(NETNS_DIR / name).st_ino
-    except OSError:
-        return None
-
-
-def _mount_run(mountpoint: str) -> str | None:
-    """The run whose directory holds ``mountpoint`` (``<run dir>/checkpoints``), if it looks like one."""
-    parent = Path(mountpoint).parent
-    if (parent / MANIFEST).exists() or (parent / RUNNER_LOG).exists():
-        return parent.name
-    return None
 
 
 # -- the plan ----------------------------------------------------------------------------------------
@@ -397,12 +139,12 @@ def plan(runs_dir: Path | None, all_dead: bool = False, sweep: bool = True, with
             add("process", p.describe(), {"pid": p.pid, "start": p.start, "pgid": p.pgid,
                                           "role": p.role or "run process", "run_id": p.run_id},
                 p.run_id, process_liveness(p, facts))
-    from chaos.disk.fs import our_mounts
+    from chaos.disk.protocol import our_mounts
 
     for mp in our_mounts():
         servers = [p for p in facts.procs.values() if p.role == "disk-fs" and f"--mountpoint {mp} " in
                    " ".join(p.cmdline) + " "]
-        owner = _mount_run(mp)
+        owner = mount_run(mp)
         add("mount", mp, {"mountpoint": mp}, owner, mount_liveness(servers, owner, facts))
     for name in namespaces():
         ino = netns_inode(name)
@@ -415,14 +157,14 @@ def plan(runs_dir: Path | None, all_dead: bool = False, sweep: bool = True, with
         add("chain", f"{chain} in host", {"netns": "host", "netns_inode": host_ino, "table": "filter", "chain": chain},
             None, named_liveness("chain", chain, facts))
     for c in containers:
-        lab = _labelled(c)
+        lab = labelled_of(c)
         add("container", c.name, {"name": c.name}, lab.run_id if lab else None,
             labelled_liveness(lab.run_id if lab else None, facts))
     for n in networks:
-        lab = _labelled(n)
+        lab = labelled_of(n)
         add("network", n.name, {"name": n.name}, lab.run_id if lab else None,
             labelled_liveness(lab.run_id if lab else None, facts))
     return out
 
 
-__all__ = ["ORDER", "Item", "Plan", "plan", "snapshot"]
+__all__ = ["NETNS_DIR", "ORDER", "Item", "Plan", "plan", "snapshot", "untrusted_manifest"]

@@ -16,39 +16,21 @@ A run whose manifest says its runner finished (released) is over, whatever its p
 pytest process runs many runs). Resources are tied to runs by what they carry: ``CHAOS_RUN_ID`` in a
 process's environment, the ``chaos.run`` label of a container or network, the run token in a name
 (``chaos-<6 hex>-n<i>``, ``chb-<6 hex>``, ``chv<6 hex>n<i>``, ``CHAOS-<6 or 8 hex>-…``: hashes of the
-run id, matched against every run id the machine shows), the ``--parent-pid`` of a delayer or disk
-filesystem process, and a mount's run directory. A named resource whose token matches no known run
-is dead only when every process could be read (root): then no live runner has that name.
+run id, built and parsed by :mod:`chaos.backends.names`, matched against every run id the machine
+shows), the ``--parent-pid`` of a delayer or disk filesystem process, and a mount's run directory. A
+named resource whose token matches no known run is dead only when every process could be read
+(root): then no live runner has that name.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from chaos.backends.names import token_of, tokens
+
 TOLERANCE_S = 0.05
-
-NETNS_RE = re.compile(r"^chaos-([0-9a-f]{6})-n\d+$")
-BRIDGE_RE = re.compile(r"^chb-([0-9a-f]{6})$")
-VETH_RE = re.compile(r"^chv([0-9a-f]{6})n\d+$")
-CHAIN_RE = re.compile(r"^CHAOS-([0-9a-f]{6}|[0-9a-f]{8})-")
-
-
-def tokens(run_id: str) -> set[str]:
-    """Every token a run's names carry: 6 hex of its SHA-1 (namespaces, links, the FORWARD chain) and
-    8 hex of its SHA-256 (fault chains)."""
-    return {hashlib.sha1(run_id.encode()).hexdigest()[:6], hashlib.sha256(run_id.encode()).hexdigest()[:8]}
-
-
-def token_of(kind: str, name: str) -> str | None:
-    """The run token in the name of a ``netns``, ``bridge``, ``veth`` or host ``chain``; None when the
-    name is not one chaos gives (so it is not ours: a user's own namespace, link or chain)."""
-    pattern = {"netns": NETNS_RE, "bridge": BRIDGE_RE, "veth": VETH_RE, "chain": CHAIN_RE}.get(kind)
-    m = pattern.match(name) if pattern else None
-    return m.group(1) if m else None
 
 
 @dataclass(frozen=True)

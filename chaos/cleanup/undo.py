@@ -16,7 +16,8 @@ from typing import Any
 
 import psutil
 
-from chaos.cleanup.find import NETNS_DIR, Item, Plan
+from chaos.cleanup.find import Item, Plan
+from chaos.cleanup.snapshot import NETNS_DIR
 from chaos.errors import ChaosError
 from chaos.manifest import Manifest, same_process, unregister
 
@@ -97,7 +98,7 @@ def _kill_process(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
 
 
 def _unmount(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
-    from chaos.disk.mount import undo_mount
+    from chaos.disk.unmount import undo_mount
 
     done = undo_mount(str(ids["mountpoint"]), ids.get("backing"))
     if done.get("error"):
@@ -277,7 +278,7 @@ def present(item: Item, docker: Any) -> bool:
         if item.kind == "process":
             return same_process(int(ids["pid"]), ids.get("start"))
         if item.kind == "mount":
-            from chaos.disk.fs import our_mounts
+            from chaos.disk.protocol import our_mounts
 
             backing = ids.get("backing")
             return os.path.realpath(str(ids["mountpoint"])) in our_mounts() or bool(backing and os.path.isdir(backing))
@@ -307,7 +308,7 @@ def untrusted(item: Item) -> str | None:
     """Why ``item`` must not be acted on although a manifest names it (a manifest is a file, and
     cleanup runs as root): a namespace or link not named as chaos names them, a mount outside its run
     directory, a qdisc outside a namespace of the run. None when it may be undone."""
-    from chaos.cleanup.owner import token_of
+    from chaos.backends.names import token_of
 
     ids = item.ids
     if item.kind in ("netns", "veth", "bridge") and token_of(item.kind, str(ids.get("name"))) is None:
@@ -342,7 +343,7 @@ def undo(plan: Plan, dry_run: bool = False, docker: Any = None) -> list[Outcome]
     dead run's manifest gets a release line for what is gone now, and its registry entry goes once
     nothing of it is outstanding."""
     if docker is None and any(i.kind in ("container", "network", "image") for i in plan.items):
-        from chaos.cleanup.find import docker_objects
+        from chaos.cleanup.snapshot import docker_objects
 
         docker = docker_objects()[0]
     busy = bool(plan.facts.runner_logs) or any(plan.facts.registry_locked.values())

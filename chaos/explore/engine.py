@@ -33,13 +33,12 @@ from chaos.explore.minimal import write_minimal
 from chaos.history import Event, load_journal
 from chaos.paths import cache_dir, default_runs_dir
 from chaos.run.reference import ReferenceCache, reference_key
-from chaos.run.runner import preflight, run_scenario
+from chaos.run.runner import preflight, reference_run, run_scenario
 from chaos.scenario import CheckSpec, Scenario
 from chaos.strategies.families import KINDS, resolve
 from chaos.strategies.schedules import Schedule, schedules
 from chaos.strategies.shape import TargetShape
 from chaos.verdicts.conclude import render_report
-from chaos.verdicts.result import RunResult
 
 DATABASE_VERSION = 1  # bump when the strategies change how they draw, so old entries are not misread
 
@@ -60,13 +59,6 @@ class _Stop(BaseException):
     def __init__(self, why: str, error: BaseException | None = None) -> None:
         super().__init__(why)
         self.why, self.error = why, error
-
-
-def _reference_run(scenario: Scenario, runs_dir: Path) -> RunResult:
-    result = run_scenario(scenario, runs_dir, reference=False)
-    if result.interrupted:
-        raise KeyboardInterrupt
-    return result
 
 
 class Explorer:
@@ -214,7 +206,7 @@ class Explorer:
         """The shape, with the save points the (cached) fault-free reference run shows."""
         if not self.reference:
             return self.shape
-        ref, self.reference_note = ReferenceCache().get_or_run(self.base, _reference_run)
+        ref, self.reference_note = ReferenceCache().get_or_run(self.base, reference_run)
         if ref is None:
             return self.shape
         try:

@@ -1,7 +1,7 @@
 """The ``disk`` fault: stall, slow down or fail chosen file operations on the checkpoint directory.
 
-The run mounts the FUSE filesystem of :mod:`chaos.disk.fs` over its checkpoint directory before the
-nodes start (``env.disk``, a :class:`chaos.disk.mount.DiskMount`; same host path for the local and
+The fault's ``prepare`` hook mounts the FUSE filesystem of :mod:`chaos.disk.fs` over the run's checkpoint
+directory before the nodes start (``env.disk``, a :class:`chaos.disk.mount.DiskMount`; same host path for the local and
 netns backends, and bind-mounted into docker containers with the run directory). This fault only
 adds its rule to that mount (``inject``) and removes it (``heal``); the filesystem does the rest:
 
@@ -19,7 +19,8 @@ from typing import Any
 
 from chaos.disk.rules import Rule
 from chaos.errors import CapabilityError, ChaosError
-from chaos.faults.base import FaultEnv
+from chaos.faults.base import FaultEnv, Record, SpecFault
+from chaos.faults.diskmount import mount_checkpoints, unmount_checkpoints
 from chaos.scenario import DiskFault
 
 
@@ -28,23 +29,27 @@ def _mount(env: FaultEnv) -> Any:
     return getattr(env, "disk", None)
 
 
-class Disk:
+class Disk(SpecFault):
     """Add a stall / slow / error rule to the run's checkpoint mount; remove it when healed.
 
-    ``heal`` is idempotent: safe before ``inject``, twice, and after a crash of the runner (the
-    filesystem process then unmounts itself, so nothing of the fault outlives the run)."""
+    ``prepare`` mounts the run's chaos-disk filesystem over the checkpoint directory (before the job
+    starts) and ``teardown`` unmounts it (:mod:`chaos.faults.diskmount`). ``heal`` is idempotent: safe
+    before ``inject``, twice, and after a crash of the runner (the filesystem process then unmounts
+    itself, so nothing of the fault outlives the run)."""
 
     instant = False
 
     def __init__(self, spec: DiskFault, fault_id: str) -> None:
-        self.spec = spec
-        self.id = fault_id
+        super().__init__(spec, fault_id)
+        self.spec: DiskFault = spec
         self.duration_s: float | None = spec.duration_s
         self._added = False
 
-    def describe(self) -> str:
-        text: str = self.spec.describe()
-        return text
+    def prepare(self, env: FaultEnv, record: Record) -> None:
+        mount_checkpoints(env, record)
+
+    def teardown(self, env: FaultEnv, record: Record) -> None:
+        unmount_checkpoints(env, record)
 
     def rule(self) -> Rule:
         """The filesystem rule this fault stands for. Raises ValueError if the spec cannot be one."""
@@ -81,7 +86,7 @@ class Disk:
         mount = _mount(env)
         if mount is None:
             raise ChaosError("disk faults need the run's checkpoint directory mounted through the chaos-disk "
-                             "filesystem (env.disk is not set: the runner mounts it when a scenario has a disk fault)")
+                             "filesystem (env.disk is not set: the fault's prepare hook mounts it before the job starts)")
         if not mount.is_mounted():
             raise ChaosError(f"disk: the chaos-disk filesystem over {mount.mountpoint} is not running (see "
                              f"{mount.log_path})")

@@ -23,7 +23,7 @@ import shutil
 from typing import Any
 
 from chaos.errors import CapabilityError, ChaosError
-from chaos.faults.base import FaultEnv
+from chaos.faults.base import FaultEnv, SpecFault
 from chaos.net import tc
 from chaos.net.delayer import Delayer, find_delayers, stop_pid
 from chaos.net.iptables import (
@@ -79,14 +79,13 @@ def _needs(mechanism: str) -> tuple[str, str] | None:
     return None
 
 
-class _NetworkFault:
+class _NetworkFault(SpecFault):
     """Shared parts: the node(s) acted on, their namespaces as seen at inject, preflight."""
 
     instant = False
 
     def __init__(self, spec: Any, fault_id: str) -> None:
-        self.spec = spec
-        self.id = fault_id
+        super().__init__(spec, fault_id)
         self.duration_s: float | None = spec.duration_s
         self._nets: dict[int, NodeNet] = {}  # node → where inject acted
 

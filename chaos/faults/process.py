@@ -103,6 +103,13 @@ class Pause(SpecFault):
             return {sel.rank}
         return set(env.workers.ranks_of_node(sel.node)) or None if sel.node is not None else None
 
+    def silenced_ranks(self, env: FaultEnv) -> set[int]:
+        """The paused rank, or every rank of the paused node: silent on purpose while paused."""
+        sel = self.spec.select
+        if sel.rank is not None:
+            return {sel.rank}
+        return set(env.workers.ranks_of_node(sel.node)) if sel.node is not None else set()
+
     def ready(self, env: FaultEnv) -> bool:
         sel = self.spec.select
         if sel.rank is not None:
@@ -150,13 +157,17 @@ class NodeCrash(SpecFault):
     it back that much later (the heal)."""
 
     heal_at_end = False  # when the run ends, a crashed node stays down
+    run_waits_to_heal = True  # a node that comes back: the run waits for it
 
     def __init__(self, spec: NodeCrashFault, fault_id: str) -> None:
         super().__init__(spec, fault_id)
         self.spec: NodeCrashFault = spec
         self.instant = spec.restart_after_s is None
-        self.duration_s = spec.restart_after_s
         self._crashed = False
+
+    def duration(self) -> float | None:
+        """``restart_after_s``: the node comes back (the heal) that long after the crash."""
+        return self.spec.restart_after_s
 
     def ranks(self, env: FaultEnv) -> set[int] | None:
         return set(env.workers.ranks_of_node(self.spec.node)) or None
@@ -179,9 +190,11 @@ class NodeCrash(SpecFault):
 
 
 class NodeRestart(SpecFault):
-    """Start a crashed node's agent again, so it rejoins the rendezvous. Instant."""
+    """Start a crashed node's agent again, so it rejoins the rendezvous. Instant. Ready only once the
+    node is down (so a time trigger waits for the crash); the run waits until it has fired."""
 
     spec: NodeRestartFault
+    run_waits_to_fire = True
 
     def ready(self, env: FaultEnv) -> bool:
         return env.backend.agent_pid(self.spec.node) is None

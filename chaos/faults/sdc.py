@@ -9,22 +9,19 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.errors import ChaosError
-from chaos.faults.base import FaultEnv
+from chaos.faults.base import FaultEnv, SpecFault
 from chaos.scenario import GradientFault, ParameterFault
 
 
-class InProcess:
+class InProcess(SpecFault):
     """Runner-side handle of a gradient or parameter fault."""
 
     instant = True
     in_process = True
 
     def __init__(self, spec: GradientFault | ParameterFault, fault_id: str) -> None:
-        self.spec = spec
-        self.id = fault_id
-
-    def describe(self) -> str:
-        return self.spec.describe()
+        super().__init__(spec, fault_id)
+        self.spec: GradientFault | ParameterFault = spec
 
     def ranks(self, env: FaultEnv) -> set[int] | None:
         return {self.spec.select.rank} if self.spec.select.rank is not None else None
@@ -40,3 +37,6 @@ class InProcess:
 
     def sdc_json(self) -> dict[str, Any]:
         return self.spec.sdc_json(self.id)
+
+    def probe_spec(self) -> dict[str, Any] | None:
+        return self.sdc_json()

@@ -1,7 +1,9 @@
 """A scenario derived from another: settings overridden, target arguments appended, schedule replaced.
 
-What the pytest fixture's ``overrides``/``extra_args``/``schedule`` and ``chaos explore
---target-args`` do, in one place.
+What the pytest fixture's ``overrides``/``extra_args``/``schedule``, ``chaos run --set`` /
+``--deadline-s`` and ``chaos explore --target-args`` do, in one place. A top-level field no other rule
+reads (:data:`ONE_FIELD`) is set alone (:func:`set_field`); anything else re-validates the scenario's
+data as a file's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from typing import Any
 from chaos.errors import ChaosError
 from chaos.load.loader import load_scenario, scenario_from_dict
 from chaos.scenario import NodesSpec, Scenario
+
+# top-level fields that can be set alone: no rule but the field's own and deadline_problems reads them
+ONE_FIELD = ("name", "description", "deadline_s")
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -30,11 +35,11 @@ def derive_scenario(scenario: str | Path | Scenario | dict[str, Any], overrides:
     or a :class:`~chaos.strategies.Schedule`) as its schedule. Switching ``backend.kind`` keeps the
     settings every backend shares (nodes, rendezvous, …). Raises :class:`~chaos.errors.ScenarioError`."""
     extra = list(extra_args)
-    if not overrides and not extra and schedule is None:
-        if isinstance(scenario, Scenario):
-            return scenario
+    if not extra and schedule is None and all(k in ONE_FIELD for k in overrides or {}):
         if isinstance(scenario, str | Path):
-            return load_scenario(scenario)
+            scenario = load_scenario(scenario)
+        if isinstance(scenario, Scenario):  # only fields set alone: no whole re-validation
+            return _set(scenario, overrides, validate=True) if overrides else scenario
     source: Path | None = None
     if isinstance(scenario, Scenario):
         data, source = scenario.to_data(), scenario.source
@@ -52,6 +57,52 @@ def derive_scenario(scenario: str | Path | Scenario | dict[str, Any], overrides:
     if schedule is not None:
         data["schedule"] = [s if isinstance(s, dict) else s.model_dump(mode="json") for s in schedule]
     return scenario_from_dict(data, source=source)
+
+
+def set_field(scenario: Scenario, key: str, value: Any) -> Scenario:
+    """A copy of ``scenario`` with the top-level field ``key`` (one of :data:`ONE_FIELD`) set to ``value``,
+    validated alone (the field, and for ``deadline_s`` the triggers' ``at_time_s`` before it) instead of
+    the whole scenario again; other keys go through :func:`derive_scenario`'s full validation. Raises
+    :class:`~chaos.errors.ScenarioError` with the problems a scenario file with that value would have."""
+    if key not in ONE_FIELD:
+        return derive_scenario(scenario, overrides={key: value})
+    return _set(scenario, {key: value}, validate=True)
+
+
+def _set(scenario: Scenario, values: dict[str, Any], validate: bool) -> Scenario:
+    """:func:`set_field` for each of ``values`` (fields of :data:`ONE_FIELD`), every problem reported at
+    once; ``validate=False`` for values already checked to be valid for their fields."""
+    from pydantic import ValidationError
+
+    from chaos.errors import ScenarioError
+    from chaos.load.loader import deadline_problems, describe_errors, sort_problems
+
+    copy = scenario.model_copy(deep=True, update=None if validate else values)
+    problems: list[str] = []
+    for key, value in values.items() if validate else ():
+        try:
+            Scenario.__pydantic_validator__.validate_assignment(copy, key, value)
+        except ValidationError as exc:
+            problems += describe_errors(exc, {key: value})
+    if "deadline_s" in values:
+        problems += deadline_problems([f.model_dump(mode="json") for f in scenario.schedule], values["deadline_s"])
+    if problems:
+        raise ScenarioError(sort_problems(problems), str(scenario.source) if scenario.source else None)
+    return copy
+
+
+def override_deadline(scenario: Scenario, deadline_s: float, flag: str = "--deadline-s") -> Scenario:
+    """``scenario`` with ``deadline_s`` overridden from the command line's ``flag`` (kept in the run's
+    ``scenario.yaml``, so a replay keeps it). Raises :class:`~chaos.errors.ScenarioError` naming ``flag``
+    for a value that is not a positive number of seconds, or naming a trigger's ``at_time_s`` not before it."""
+    import math
+
+    from chaos.errors import ScenarioError
+
+    if not (math.isfinite(deadline_s) and deadline_s > 0):
+        raise ScenarioError([f"{flag}={deadline_s:g}: must be a positive number of seconds "
+                             f"(e.g. {flag} 120); leave it out to use the scenario's deadline_s"])
+    return _set(scenario, {"deadline_s": float(deadline_s)}, validate=False)  # checked here, once
 
 
 def parse_set(item: str) -> tuple[list[str], Any]:

@@ -14,14 +14,15 @@ import yaml
 from pydantic import ValidationError
 
 from chaos.errors import ScenarioError
+from chaos.kinds import KIND_NAMES
 from chaos.load.schema import suggestion
+from chaos.plugins import check_plugin_errors, fault_names
 from chaos.scenario import ARG_PLACEHOLDERS, NETWORK_FAULTS, Scenario
 from chaos.scenario.blackbox import MISSING_HINTS
 from chaos.scenario.target_env import target_env_problems
 from chaos.scenario.validate_blackbox import blackbox_problems
 
-FAULT_NAMES = ("kill", "gradient", "parameter", "pause", "node-crash", "node-restart", *NETWORK_FAULTS, "disk",
-               "checkpoint")
+FAULT_NAMES = KIND_NAMES  # every built-in fault kind, from the kinds table
 BACKEND_NAMES = ("local", "netns", "docker")
 
 
@@ -57,9 +58,9 @@ def scenario_from_dict(data: Any, source: str | Path | None = None, _node: Any =
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        problems += [_describe(err, _node, data) for err in exc.errors()]
+        problems += describe_errors(exc, data, _node)
     if problems:
-        raise ScenarioError(sorted(dict.fromkeys(problems), key=_line_key), src)
+        raise ScenarioError(sort_problems(problems), src)
     if source is not None:
         scenario._source = Path(source).resolve()
     return scenario
@@ -110,7 +111,6 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
     nodes = _int(backend.get("nodes", 1))
     nproc = _int(backend.get("nproc_per_node", 2))
     world = nodes * nproc if nodes and nproc else None
-    deadline = data.get("deadline_s", 300.0)
     schedule = data.get("schedule")
     kind = backend.get("kind", "local")
     for i, fault in enumerate(schedule if isinstance(schedule, list) else []):
@@ -135,7 +135,7 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
                     f"backend.nodes={nodes}; use a node in 0..{nodes - 1}"
                 )
         trig, sel = _dict(fault.get("trigger")), _dict(fault.get("select"))
-        at_step, at_time = _int(trig.get("at_step")), trig.get("at_time_s")
+        at_step = _int(trig.get("at_step"))
         if at_step is not None and steps is not None and at_step > steps:
             out.append(
                 f"{at(loc + ('trigger', 'at_step'))}schedule[{i}].trigger.at_step={at_step} must be at most "
@@ -147,11 +147,6 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
             out.append(
                 f"{at(loc + ('trigger', 'at_step'))}schedule[{i}].trigger.at_step={at_step} with on_event={event} "
                 f"can never fire: checkpoints are saved every {every} steps; use a multiple of {every}"
-            )
-        if isinstance(at_time, int | float) and isinstance(deadline, int | float) and at_time >= deadline:
-            out.append(
-                f"{at(loc + ('trigger', 'at_time_s'))}schedule[{i}].trigger.at_time_s={at_time:g} must be "
-                f"less than deadline_s={deadline:g}; use an earlier time or a longer deadline"
             )
         for key, where in (("rank", ("trigger", "rank")), ("rank", ("select", "rank"))):
             value = _int((trig if where[0] == "trigger" else sel).get(key))
@@ -167,6 +162,7 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
                     f"{at(loc + ('select', key))}schedule[{i}].select.{key}={value} must be less than "
                     f"backend.nodes={nodes}; use a node in 0..{nodes - 1}"
                 )
+    out += deadline_problems(schedule, data.get("deadline_s", 300.0), at)
     checks = data.get("checks")
     names: list[str] = []
     name: Any
@@ -186,8 +182,9 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
         if name not in CHECKS:
             hint = difflib.get_close_matches(name, CHECKS, n=1)
             use = f"did you mean {hint[0]!r}? " if hint else ""
+            broken = "".join(f"; {exc}" for exc in check_plugin_errors())  # a check plugin that failed to load
             out.append(f"{at(('checks', i))}checks[{i}]={name!r} is not a known check; {use}"
-                       f"use one of: {', '.join(sorted(CHECKS))}")
+                       f"use one of: {', '.join(sorted(CHECKS))}{broken}")
         elif isinstance(params, dict):
             problem = CHECKS[name].param_problem(params)
             if problem:
@@ -198,6 +195,30 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
             out.append(f"{at(('checks',))}checks: progress_lost needs target.checkpoint_every or "
                        "`progress_lost: {max_steps: N}`; add one of them")
     return out
+
+
+def deadline_problems(schedule: Any, deadline: Any, at: Any = lambda loc: "") -> list[str]:
+    """The rule that reads ``deadline_s``: every trigger's ``at_time_s`` (in ``schedule``, a list of fault
+    data) must come before it. ``at(loc)`` gives a problem's ``line N: `` prefix. Invalid values are skipped."""
+    out = []
+    for i, fault in enumerate(schedule if isinstance(schedule, list) else []):
+        at_time = _dict(_dict(fault).get("trigger")).get("at_time_s")
+        if isinstance(at_time, int | float) and isinstance(deadline, int | float) and at_time >= deadline:
+            out.append(
+                f"{at(('schedule', i, 'trigger', 'at_time_s'))}schedule[{i}].trigger.at_time_s={at_time:g} must be "
+                f"less than deadline_s={deadline:g}; use an earlier time or a longer deadline"
+            )
+    return out
+
+
+def describe_errors(exc: ValidationError, data: Any, node: Any = None) -> list[str]:
+    """A pydantic error of scenario ``data`` (YAML ``node``, for line numbers) as one problem per error."""
+    return [_describe(err, node, data) for err in exc.errors()]
+
+
+def sort_problems(problems: list[str]) -> list[str]:
+    """``problems`` without repeats, in the order of their lines (those without a line first)."""
+    return sorted(dict.fromkeys(problems), key=_line_key)
 
 
 # -- pydantic error → message ------------------------------------------------------------------
@@ -212,7 +233,7 @@ def _describe(err: Any, node: Any, data: Any) -> str:
     if kind == "union_tag_invalid":
         tag = err["ctx"]["discriminator"].strip("'")
         given = err["ctx"]["tag"]
-        known = FAULT_NAMES if tag == "fault" else BACKEND_NAMES
+        known = FAULT_NAMES + fault_names() if tag == "fault" else BACKEND_NAMES
         sub = f"{field}.{tag}" if field else tag
         where = f"line {_line_of(node, clean + (tag,)) or line}: " if (line or _line_of(node, clean + (tag,))) else ""
         hint = difflib.get_close_matches(str(given), known, n=1)
@@ -221,8 +242,11 @@ def _describe(err: Any, node: Any, data: Any) -> str:
         return f"{where}{sub}={given!r} is not a known {what}; {use}use one of: {', '.join(known)}"
     if kind == "union_tag_not_found":
         tag = err["ctx"]["discriminator"].strip("'")
-        known = FAULT_NAMES if tag == "fault" else BACKEND_NAMES
+        known = FAULT_NAMES + fault_names() if tag == "fault" else BACKEND_NAMES
         return f"{where}{field}.{tag} is missing; add `{tag}:` (one of: {', '.join(known)})"
+    if kind == "fault_plugin":  # a chaos.faults plugin that failed to load (chaos.scenario.plugin_faults)
+        return f"line {_line_of(node, clean + ('fault',))}: {field}.fault: {err['msg']}" if line else \
+            f"{field}.fault: {err['msg']}"
     if kind == "missing":
         return f"{where}{field} is missing; add it{MISSING_HINTS.get(field, '')}"
     if kind == "extra_forbidden":

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.scenario import Scenario
+from chaos.scenario.plugin_faults import add_plugin_schemas
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -33,6 +34,7 @@ def _schema() -> dict[str, Any]:
 
     schema = Scenario.model_json_schema(mode="validation")
     schema = {"$schema": SCHEMA_DIALECT, **schema, "title": "chaos scenario"}
+    add_plugin_schemas(schema)  # the faults of installed plugins (chaos.faults entry points), if any
     checks = schema["properties"]["checks"]
     checks["items"] = {"anyOf": [
         {"type": "string", "enum": sorted(CHECKS), "description": "A check by name, with its default parameters."},
@@ -135,11 +137,11 @@ def _factory_default(model: str, key: str) -> str:
     """The default of a field with a default factory (a list, a mapping, a model), as JSON."""
     from pydantic import BaseModel
 
-    from chaos.scenario import blackbox as spec
-    from chaos.scenario import model as scenario
+    from chaos.scenario import backend, blackbox, checks, faults, net_faults, target, trigger
+    from chaos.scenario import model as whole
 
-    classes = {k: v for mod in (scenario, spec) for k, v in vars(mod).items()
-               if isinstance(v, type) and issubclass(v, BaseModel)}
+    classes = {k: v for mod in (whole, target, backend, trigger, faults, net_faults, checks, blackbox)
+               for k, v in vars(mod).items() if isinstance(v, type) and issubclass(v, BaseModel)}
     info = classes[model].model_fields.get(key) if model in classes else None
     if info is None or info.default_factory is None:
         return "computed (see description)"

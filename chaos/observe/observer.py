@@ -37,6 +37,7 @@ from typing import Any
 
 from chaos.backends.base import Backend
 from chaos.history import Event, RunnerLog
+from chaos.kinds import KILLING_KINDS
 from chaos.logtext import is_error
 from chaos.observe.files import Change, FileWatch, LoadTester, disk_settle_s, open_for_writing
 from chaos.observe.loadable import cross_check, load_test
@@ -49,7 +50,7 @@ from chaos.scenario.blackbox import BlackboxSpec, resolve_pattern
 SCAN_EVERY_S = 0.1  # how often the agents' children are listed
 ORPHANS_EVERY_S = 1.0  # how often the log directory is searched for workers that died unseen
 MAX_ERRORS = 20  # log_error events per worker
-KILLING = ("kill", "node-crash")
+KILLING = KILLING_KINDS
 
 
 def boot_time_error() -> float:

@@ -1,6 +1,8 @@
 """Black-box triggers: a fault fires when a rank prints a matching line (``on_log``) or a checkpoint file
 changes (``on_checkpoint``), at the ``count``-th match. The nemesis asks a matcher about every
-``log_line`` and ``checkpoint_change`` event the observer produces (:mod:`chaos.observe.observer`).
+``log_line`` and ``checkpoint_change`` event the observer produces (:mod:`chaos.observe.observer`). A
+matcher does no I/O but in its hooks: ``preflight``, ``prepare``/``teardown`` (before and after the job)
+and ``arm``/``release`` (of a write hold).
 
 With ``after_bytes`` an ``on_checkpoint`` trigger is exact (:class:`WriteMatcher`): the chaos-disk
 filesystem over the checkpoint directory holds the job's write of the file once that many bytes are
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,6 +22,8 @@ from chaos.errors import CapabilityError, ChaosError
 from chaos.history import Event
 from chaos.scenario import Trigger
 from chaos.scenario.blackbox import resolve_pattern
+
+Record = Callable[..., Event]  # records one runner event: record(kind, **fields) -> the event
 
 CHANGES = {"created": ("created",), "modified": ("modified",), "any": ("created", "modified")}
 
@@ -33,8 +38,42 @@ class Matcher(Protocol):
     def miss(self) -> str:
         """Why the trigger never fired (for ``fault_not_fired``)."""
 
+    def preflight(self, env: Any) -> None:
+        """Raise :class:`~chaos.errors.CapabilityError` if the trigger cannot work here."""
 
-class LogMatcher:
+    def prepare(self, env: Any, record: Record) -> None:
+        """Set up what the trigger needs before the job starts and before :meth:`arm` (e.g. the disk mount)."""
+
+    def arm(self, env: Any) -> None:
+        """Arm the trigger once prepared, before the job starts. Raises ChaosError when it cannot."""
+
+    def release(self, env: Any) -> None:
+        """Undo what :meth:`arm` did (after the fault fired, and at the end). Idempotent; never raises."""
+
+    def teardown(self, env: Any, record: Record) -> None:
+        """Undo :meth:`prepare` once the job has ended. Idempotent."""
+
+
+class _Passive:
+    """A trigger that only watches events: nothing to check, set up, arm or release."""
+
+    def preflight(self, env: Any) -> None:
+        return None
+
+    def prepare(self, env: Any, record: Record) -> None:
+        return None
+
+    def arm(self, env: Any) -> None:
+        return None
+
+    def release(self, env: Any) -> None:
+        return None
+
+    def teardown(self, env: Any, record: Record) -> None:
+        return None
+
+
+class LogMatcher(_Passive):
     """Lines of any rank (or of ``trigger.rank``) that ``re.search`` the ``on_log`` regex."""
 
     def __init__(self, trigger: Trigger) -> None:
@@ -62,7 +101,7 @@ class LogMatcher:
         return f"only {self.seen} line(s) of {who} matched /{self.regex.pattern}/, fewer than count={self.count}"
 
 
-class CheckpointMatcher:
+class CheckpointMatcher(_Passive):
     """Changes (``created`` / ``modified``) of files matching the ``on_checkpoint`` path or glob."""
 
     def __init__(self, trigger: Trigger, run_dir: Path, cwd: Path | None = None) -> None:
@@ -90,7 +129,7 @@ class CheckpointMatcher:
         return f"files matching {self.pattern} were {what} only {self.seen} time(s), fewer than count={self.count}"
 
 
-class WriteMatcher:
+class WriteMatcher(_Passive):
     """``on_checkpoint`` with ``after_bytes``: the ``disk_hold`` event of this trigger's hold rule (see the
     module docstring). :meth:`arm` adds the rule to the run's mount before the job starts; :meth:`release`
     removes it (after the fault fired, and when the run ends)."""
@@ -117,6 +156,17 @@ class WriteMatcher:
         ok, why = fuse_status()
         if not ok:
             raise CapabilityError("fuse", f"on_checkpoint with after_bytes: {why}")
+
+    def prepare(self, env: Any, record: Record) -> None:
+        """Mount the run's chaos-disk filesystem over the checkpoint directory (if nothing has yet)."""
+        from chaos.faults.diskmount import mount_checkpoints
+
+        mount_checkpoints(env, record)
+
+    def teardown(self, env: Any, record: Record) -> None:
+        from chaos.faults.diskmount import unmount_checkpoints
+
+        unmount_checkpoints(env, record)
 
     def arm(self, env: Any) -> None:
         """Add the hold rule to ``env.disk`` (the run's DiskMount). Raises ChaosError when there is none."""

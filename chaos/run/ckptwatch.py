@@ -9,7 +9,8 @@ read with DCP's own reader and loaded with a real ``dcp.load`` on CPU (:mod:`cha
 digest a DCP job reports is of its state, not of a file, and is not compared. It also reads the
 ``latest`` pointer of directory checkpoints on every runner tick and records each change with
 whether the checkpoint it names is complete. Results are ``checkpoint_verified`` and
-``latest_changed`` events, which the ``checkpoint_durable`` and ``latest_is_complete`` checks judge.
+``latest_changed`` events, which the checks of :mod:`chaos.checks.durability` judge (the runner makes a
+watcher when a scenario's check declares ``needs_checkpoint_watch``).
 
 Paths are the job's; when the checkpoint directory is a FUSE mount (disk faults) the watcher reads
 the mount's backing directory instead, so a disk fault's rules never delay or fail the runner.
@@ -127,7 +128,7 @@ class CheckpointWatcher:
     def _vanishes(self, path: str, wait_s: float = 0.5) -> bool:
         """Whether ``path`` is gone, or goes within ``wait_s``, after its verification failed: a job that
         keeps its last N checkpoints deletes the oldest as it saves a new one, and the runner's verification
-        can lag behind the job (``checkpoint_durable`` tells that from a save that never landed)."""
+        can lag behind the job (:mod:`chaos.checks.durability` tells that from a save that never landed)."""
         deadline = time.monotonic() + wait_s
         while self._disk(path).exists():
             if time.monotonic() > deadline:
@@ -183,9 +184,4 @@ class CheckpointWatcher:
         return out
 
 
-def wanted(check_names: list[str]) -> bool:
-    """Whether a scenario's checks need the watcher."""
-    return bool({"checkpoint_durable", "latest_is_complete", "fell_back"} & set(check_names))
-
-
-__all__ = ["CheckpointWatcher", "verify", "wanted"]
+__all__ = ["CheckpointWatcher", "verify"]

@@ -7,12 +7,17 @@ job's launch. Black-box triggers (``on_log``, ``on_checkpoint``) fire on the tic
 ``count``-th matching line or file change (:mod:`chaos.observe.triggers`); one with ``after_bytes``
 fires while the chaos-disk filesystem holds the job's write (:meth:`Nemesis.arm` sets the hold up
 before the job starts), and its hold is released once the fault is injected.
+
+What fires when is decided by the pure state machine :class:`chaos.run.schedule.Schedule`; this
+class is its interpreter: it passes events and the clock in, and does the I/O of each action (fault
+inject and heal, gate files, write holds, the runner log). It knows faults by their traits and hooks
+only (:mod:`chaos.faults.base`), never by name.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,295 +25,255 @@ from chaos.errors import ChaosError
 from chaos.faults import Fault, FaultEnv, build_fault
 from chaos.history import Event, RunnerLog
 from chaos.observe.triggers import Matcher, matcher_for
+from chaos.run.schedule import GATE_GIVE_UP_S, Action, Entry, Schedule, Traits, miss_reason
 from chaos.scenario import Scenario
 
-# A gate reached by some ranks whose fault cannot act (its process is gone) is opened after this long.
-GATE_GIVE_UP_S = 10.0
+__all__ = ["GATE_GIVE_UP_S", "Nemesis", "traits_of"]
+
+SDC_DETAILS = ("mode", "where", "param", "elements", "indices", "old", "new", "bit", "injection", "of")
 
 
-@dataclass
-class Planned:
-    """One schedule entry and its state in this run."""
+def traits_of(fault: Fault) -> Traits:
+    """The schedule's view of ``fault`` (its trait attributes and ``duration()``)."""
+    return Traits(instant=fault.instant, duration_s=fault.duration(), in_process=fault.in_process,
+                  heal_at_end=fault.heal_at_end, run_waits_to_fire=fault.run_waits_to_fire,
+                  run_waits_to_heal=fault.run_waits_to_heal)
 
-    index: int
-    fault: Fault
-    spec: Any
-    gate: str | None
-    fired_at: float | None = None
-    healed: bool = False
-    heal_at: float | None = None
-    healed_at: float | None = None
-    arrived: set[int] = field(default_factory=set)
-    arrived_at: float | None = None
-    gate_open: bool = False
-    failed: str | None = None
-    matcher: Matcher | None = None  # a black-box trigger's
-    due: Event | None = None  # the event that matched it, until it fires
-    due_at: float | None = None
 
-    @property
-    def id(self) -> str:
-        return self.fault.id
+class _World:
+    """The schedule's questions, answered from the faults and the live workers."""
+
+    def __init__(self, faults: list[Fault], env: FaultEnv) -> None:
+        self.faults, self.env = faults, env
+
+    def ready(self, index: int) -> bool:
+        return bool(self.faults[index].ready(self.env))
+
+    def ranks(self, index: int) -> set[int] | None:
+        return self.faults[index].ranks(self.env)
 
 
 class Nemesis:
-    """Drives the schedule. Call :meth:`observe` with every probe event and :meth:`tick` often."""
+    """Drives the schedule. Call :meth:`observe` with every probe event and :meth:`tick` often.
 
-    def __init__(self, scenario: Scenario, env: FaultEnv, log: RunnerLog, control_dir: Path) -> None:
+    ``clock`` gives Unix seconds (default :func:`time.time`)."""
+
+    def __init__(self, scenario: Scenario, env: FaultEnv, log: RunnerLog, control_dir: Path,
+                 clock: Callable[[], float] = time.time) -> None:
         self.env = env
         self.log = log
         self.control_dir = control_dir
+        self.clock = clock
         control_dir.mkdir(parents=True, exist_ok=True)
-        self.planned: list[Planned] = []
-        for i, spec in enumerate(scenario.schedule):
-            fault = build_fault(spec, i)
-            in_process = getattr(fault, "in_process", False)
-            gate = f"g{i}" if spec.trigger.at_step is not None and not in_process else None
-            self.planned.append(Planned(i, fault, spec, gate, matcher=matcher_for(spec.trigger, control_dir.parent,
-                                                                             scenario.work_dir(control_dir.parent),
-                                                                             fault_id=fault.id)))
-        self.t0: float | None = None
-        self.closed = False  # after heal_all nothing fires any more
+        self.specs: list[Any] = list(scenario.schedule)
+        self.faults: list[Fault] = [build_fault(spec, i) for i, spec in enumerate(self.specs)]
+        run_dir = control_dir.parent
+        self.matchers: list[Matcher | None] = [
+            matcher_for(spec.trigger, run_dir, scenario.work_dir(run_dir), fault_id=fault.id)
+            for spec, fault in zip(self.specs, self.faults, strict=True)]
+        entries = []
+        for i, (spec, fault) in enumerate(zip(self.specs, self.faults, strict=True)):
+            trig = spec.trigger
+            entries.append(Entry(i, fault.id, traits_of(fault), at_step=trig.at_step, on_event=trig.on_event,
+                                 rank=trig.rank, at_time_s=trig.at_time_s, watched=self.matchers[i] is not None,
+                                 target=fault.target(),
+                                 description=fault.describe()))
+        self.schedule = Schedule(entries)
+        self.world = _World(self.faults, env)
+        self.signalled: dict[int, int] = {}  # pid → the signal a fault sent it (for its exit code)
+
+    @property
+    def closed(self) -> bool:
+        return self.schedule.closed
 
     def gates(self) -> list[dict[str, Any]]:
         """The gates for the probe (``CHAOS_GATES``)."""
-        return [
-            {"id": p.gate, "event": p.spec.trigger.on_event, "step": p.spec.trigger.at_step}
-            for p in self.planned if p.gate is not None
-        ]
+        return [{"id": e.gate, "event": e.on_event, "step": e.at_step}
+                for e in self.schedule.entries if e.gate is not None]
 
     def sdc_faults(self) -> list[dict[str, Any]]:
         """The in-process faults for the probe (``CHAOS_SDC``)."""
-        return [p.fault.sdc_json() for p in self.planned if getattr(p.fault, "in_process", False)]  # type: ignore[attr-defined]
+        return [spec for spec in (f.probe_spec() for f in self.faults) if spec is not None]
 
     def schedule_summary(self) -> list[dict[str, Any]]:
-        return [{"id": p.id, "fault": p.spec.fault, "description": p.fault.describe()} for p in self.planned]
+        return [{"id": f.id, "fault": spec.fault, "description": f.describe()}
+                for f, spec in zip(self.faults, self.specs, strict=True)]
 
     def preflight(self) -> None:
-        """Ask every fault whether it can act here; raises :class:`~chaos.errors.CapabilityError`."""
-        for p in self.planned:
-            check = getattr(p.fault, "preflight", None)
-            if check is not None:
-                check(self.env)
-            check = getattr(p.matcher, "preflight", None)
-            if check is not None:
-                check(self.env)
-
-    def _pause_ranks(self, p: Planned) -> set[int]:
-        sel = p.spec.select
-        return {sel.rank} if sel.rank is not None else set(self.env.workers.ranks_of_node(sel.node))
+        """Ask every fault and trigger whether it can act here; raises :class:`~chaos.errors.CapabilityError`."""
+        for fault, matcher in zip(self.faults, self.matchers, strict=True):
+            fault.preflight(self.env)
+            if matcher is not None:
+                matcher.preflight(self.env)
 
     def paused_ranks(self) -> set[int]:
-        """Ranks a ``pause`` fault holds right now (silent on purpose)."""
+        """Ranks a fault in force keeps silent on purpose right now (a pause)."""
         out: set[int] = set()
-        for p in self.planned:
-            if p.spec.fault == "pause" and p.fired_at is not None and not p.healed:
-                out |= self._pause_ranks(p)
+        for e in self.schedule.in_force():
+            out |= self.faults[e.index].silenced_ranks(self.env)
         return out
 
     def last_heal_t(self, rank: int) -> float:
-        """When a pause of ``rank`` was last healed (0.0 if never): its silence counts from then."""
-        return max((p.healed_at for p in self.planned if p.spec.fault == "pause" and p.healed_at
-                    and rank in self._pause_ranks(p)), default=0.0)
+        """When a fault that kept ``rank`` silent was last healed (0.0 if never): its silence counts from then."""
+        return max((t for e, t in self.schedule.heal_times()
+                    if rank in self.faults[e.index].silenced_ranks(self.env)), default=0.0)
 
     def awaiting_restart(self) -> bool:
         """True while a node the schedule will bring back is down (the run must wait for it)."""
-        for p in self.planned:
-            if p.failed is not None or self.closed:
-                continue
-            if p.spec.fault == "node-restart" and p.fired_at is None:
-                return True
-            if p.spec.fault == "node-crash" and p.fired_at is not None and p.heal_at is not None and not p.healed:
-                return True
-        return False
+        return self.schedule.awaiting_restart()
+
+    def _record(self, kind: str, **fields: Any) -> Event:
+        return self.log.record(kind, **fields)
+
+    def prepare(self) -> list[Event]:
+        """Run every fault's and trigger's ``prepare`` hook (e.g. mount the disk filesystem over the
+        checkpoint directory), before the job starts and before :meth:`arm`; returns the events recorded.
+        Raises what a hook raises (the runner then tears down as on any failure)."""
+        out: list[Event] = []
+
+        def record(kind: str, **fields: Any) -> Event:
+            out.append(self._record(kind, **fields))
+            return out[-1]
+
+        for fault, matcher in zip(self.faults, self.matchers, strict=True):
+            fault.prepare(self.env, record)
+            if matcher is not None:
+                matcher.prepare(self.env, record)
+        return out
+
+    def teardown(self) -> list[Event]:
+        """Run every ``teardown`` hook once the job has ended (e.g. unmount the disk filesystem);
+        idempotent; returns the events recorded."""
+        out: list[Event] = []
+
+        def record(kind: str, **fields: Any) -> Event:
+            out.append(self._record(kind, **fields))
+            return out[-1]
+
+        for fault, matcher in zip(self.faults, self.matchers, strict=True):
+            fault.teardown(self.env, record)
+            if matcher is not None:
+                matcher.teardown(self.env, record)
+        return out
 
     def arm(self) -> list[Event]:
         """Set up what triggers need before the job starts (the write holds of ``after_bytes`` triggers, on
         ``env.disk``). A trigger that cannot be armed is recorded as ``fault_not_fired``; returns those events."""
         out: list[Event] = []
-        for p in self.planned:
-            arm = getattr(p.matcher, "arm", None)
-            if arm is None or p.failed is not None:
+        for e, matcher in zip(self.schedule.entries, self.matchers, strict=True):
+            if matcher is None or e.failed is not None:
                 continue
             try:
-                arm(self.env)
+                matcher.arm(self.env)
             except ChaosError as exc:
-                p.failed = str(exc)
-                out.append(self.log.record("fault_not_fired", fault_id=p.id, description=p.fault.describe(),
-                                           reason=p.failed))
+                self.schedule.arm_failed(e.index, str(exc))
+                out.append(self._record("fault_not_fired", fault_id=e.id, description=e.description,
+                                        reason=str(exc)))
         return out
-
-    def _release(self, p: Planned) -> None:
-        release = getattr(p.matcher, "release", None)
-        if release is not None:
-            release(self.env)
 
     def start(self, t0: float) -> None:
         """The job was launched at ``t0`` (Unix time): the origin of ``at_time_s`` triggers."""
-        self.t0 = t0
+        self.schedule.start(t0)
 
     def observe(self, event: Event) -> Event | None:
         """Take note of a probe event; returns the runner event it caused, if any."""
-        if event.get("kind") == "sdc_inject":
-            for p in self.planned:
-                if p.id == event.get("fault_id"):
-                    if p.fired_at is None:
-                        p.fired_at, p.healed = event["t"], True
-                    details = {k: event.get(k) for k in ("mode", "where", "param", "elements", "indices", "old", "new",
-                                                          "bit", "injection", "of")}
-                    return self.log.record("fault_inject", fault_id=p.id, fault=p.spec.fault,
-                                           description=p.fault.describe(), step=event.get("step"),
-                                           ranks=[event.get("rank")], pids=[event.get("pid")], in_process=True,
-                                           **details)
+        kind = event.get("kind")
+        if kind == "sdc_inject":
+            e = self.schedule.probe_fired(event.get("fault_id"), event["t"])
+            if e is None:
+                return None
+            details = {k: event.get(k) for k in SDC_DETAILS}
+            return self._record("fault_inject", fault_id=e.id, fault=self.specs[e.index].fault,
+                                description=e.description, step=event.get("step"), ranks=[event.get("rank")],
+                                pids=[event.get("pid")], in_process=True, **details)
+        if kind == "sdc_fault_invalid":
+            e = self.schedule.probe_rejected(event.get("fault_id"), event.get("reason", "the probe rejected it"))
+            if e is None:
+                return None
+            return self._record("fault_not_fired", fault_id=e.id, description=e.description, reason=e.failed)
+        if kind in ("log_line", "checkpoint_change", "disk_hold"):
+            for e in self.schedule.listening():
+                matcher = self.matchers[e.index]
+                if matcher is not None and matcher.match(event):
+                    self.schedule.matched(e.index, event, self.clock())
             return None
-        if event.get("kind") == "sdc_fault_invalid":
-            for p in self.planned:
-                if p.id == event.get("fault_id") and p.failed is None:
-                    p.failed = event.get("reason", "the probe rejected it")
-                    return self.log.record("fault_not_fired", fault_id=p.id, description=p.fault.describe(),
-                                           reason=p.failed)
-            return None
-        if event.get("kind") in ("log_line", "checkpoint_change", "disk_hold"):
-            for p in self.planned:
-                if p.matcher is not None and p.due is None and p.fired_at is None and p.matcher.match(event):
-                    p.due, p.due_at = event, time.time()
-            return None
-        if event.get("kind") != "gate_reached":
-            return None
-        for p in self.planned:
-            if p.gate == event.get("gate"):
-                p.arrived.add(event["rank"])
-                if p.arrived_at is None:
-                    p.arrived_at = time.time()
+        if kind == "gate_reached":
+            self.schedule.gate_reached(event.get("gate"), event["rank"], self.clock())
         return None
-
-    def _required(self, p: Planned) -> set[int] | None:
-        trig = p.spec.trigger
-        if trig.rank is not None:
-            return {trig.rank}
-        if trig.on_event == "step":
-            return p.fault.ranks(self.env)
-        return None  # any rank that emits the event
 
     def tick(self) -> list[Event]:
         """Fire what is due and heal what has run its duration; returns the events recorded."""
-        now = time.time()
         out: list[Event] = []
-        if self.closed:
-            return out
-        for p in self.planned:
-            if getattr(p.fault, "in_process", False):
-                continue
-            if p.fired_at is None and p.failed is None:
-                if p.gate is not None:
-                    if not p.arrived:
-                        continue
-                    need = self._required(p)
-                    waiting = need is not None and not need <= p.arrived
-                    if waiting and now - (p.arrived_at or now) < GATE_GIVE_UP_S:
-                        continue
-                    if not p.fault.ready(self.env):
-                        if now - (p.arrived_at or now) < GATE_GIVE_UP_S:
-                            continue
-                        sel = getattr(p.spec, "select", None)
-                        what = sel.describe() if sel is not None else p.fault.describe()
-                        p.failed = f"its target ({what}) had no live process at the gate"
-                        out.append(self.log.record("fault_not_fired", fault_id=p.id, description=p.fault.describe(),
-                                                   reason=p.failed))
-                        self._open(p)
-                        continue
-                    out.append(self._fire(p, step=p.spec.trigger.at_step))
-                    self._open(p)
-                elif p.matcher is not None:
-                    if p.due is None:
-                        continue
-                    if not p.fault.ready(self.env):
-                        if now - (p.due_at or now) < GATE_GIVE_UP_S:
-                            continue
-                        p.failed = f"its target had no live process when the trigger matched ({p.fault.describe()})"
-                        out.append(self.log.record("fault_not_fired", fault_id=p.id, description=p.fault.describe(),
-                                                   reason=p.failed))
-                        self._release(p)
-                        continue
-                    out.append(self._fire(p, step=None, extra=p.matcher.details(p.due)))
-                    self._release(p)  # a held write goes on (a killed writer's returns short)
-                else:
-                    assert self.t0 is not None
-                    if now - self.t0 >= p.spec.trigger.at_time_s and p.fault.ready(self.env):
-                        out.append(self._fire(p, step=None))
-            elif p.heal_at is not None and not p.healed and now >= p.heal_at:
-                out.extend(self._heal(p))
+        for action in self.schedule.tick(self.clock(), self.world):
+            out.extend(self._act(action))
         return out
 
-    def _fire(self, p: Planned, step: int | None, extra: dict[str, Any] | None = None) -> Event:
-        p.fired_at = time.time()
-        t_rel = p.fired_at - (self.t0 or p.fired_at)
-        base = {"fault_id": p.id, "fault": p.spec.fault, "description": p.fault.describe(),
-                "trigger": p.spec.trigger.model_dump(exclude_none=True), "t_rel_s": round(t_rel, 3),
-                "t_inject": p.fired_at, **(extra or {})}  # t_inject: when it began to act (t: once it had)
+    def _act(self, a: Action) -> list[Event]:
+        e = self.schedule.entries[a.index]
+        if a.kind == "fire":
+            extra = None
+            matcher = self.matchers[a.index]
+            if e.watched and matcher is not None and e.due is not None:
+                extra = matcher.details(e.due)
+            return [self._fire(e, a.step, extra)]
+        if a.kind == "not_fired":
+            return [self._record("fault_not_fired", fault_id=e.id, description=e.description, reason=a.reason)]
+        if a.kind == "heal":
+            return self._heal(e)
+        if a.kind == "quiet_heal":
+            self.faults[a.index].heal(self.env)
+        elif a.kind == "open":
+            (self.control_dir / f"go-{e.gate}").touch()
+        elif a.kind == "release":
+            matcher = self.matchers[a.index]
+            if matcher is not None:
+                matcher.release(self.env)
+        return []
+
+    def _fire(self, e: Entry, step: int | None, extra: dict[str, Any] | None = None) -> Event:
+        fault, spec = self.faults[e.index], self.specs[e.index]
+        t = self.clock()
+        t0 = self.schedule.t0
+        base = {"fault_id": e.id, "fault": spec.fault, "description": e.description,
+                "trigger": spec.trigger.model_dump(exclude_none=True), "t_rel_s": round(t - (t0 or t), 3),
+                "t_inject": t, **(extra or {})}  # t_inject: when it began to act (t: once it had)
         if step is not None:
             base["step"] = step
-            base["ranks_at_gate"] = sorted(p.arrived)
+            base["ranks_at_gate"] = sorted(e.arrived)
         try:
-            details = p.fault.inject(self.env)
+            details = fault.inject(self.env)
         except ChaosError as exc:
-            p.failed = str(exc)
-            return self.log.record("fault_not_fired", **base, reason=str(exc))
-        if p.fault.instant:
-            p.healed = True
-        else:
-            duration = getattr(p.spec, "duration_s", None) or getattr(p.fault, "duration_s", None)
-            if duration:
-                p.heal_at = p.fired_at + duration
-        return self.log.record("fault_inject", **base, **details)
+            self.schedule.fired(e.index, t, error=str(exc))
+            return self._record("fault_not_fired", **base, reason=str(exc))
+        self.schedule.fired(e.index, t)
+        self.signalled.update(fault.signals_sent(details))
+        return self._record("fault_inject", **base, **details)
 
-    def _heal(self, p: Planned) -> list[Event]:
-        p.healed, p.healed_at = True, time.time()
-        done = p.fault.heal(self.env)
-        return [self.log.record("fault_heal", fault_id=p.id, description=p.fault.describe(), **(done or {}))]
-
-    def _open(self, p: Planned) -> None:
-        if p.gate is not None and not p.gate_open:
-            (self.control_dir / f"go-{p.gate}").touch()
-            p.gate_open = True
+    def _heal(self, e: Entry) -> list[Event]:
+        self.schedule.healed(e.index, self.clock())
+        done = self.faults[e.index].heal(self.env)
+        return [self._record("fault_heal", fault_id=e.id, description=e.description, **(done or {}))]
 
     def heal_before(self) -> None:
         """Heal every fault before the run starts (heal is idempotent: this undoes leftovers)."""
-        for p in self.planned:
-            p.fault.heal(self.env)
+        for fault in self.faults:
+            fault.heal(self.env)
 
     def heal_all(self) -> None:
         """Heal every fault (idempotent) and open every gate, so nothing stays perturbed or blocked.
         Nothing fires after this."""
-        self.closed = True
-        for p in self.planned:
+        for action in self.schedule.close():
             try:
-                self._release(p)  # first: a held write would keep its process from ending
-            except Exception as exc:
-                self.log.record("fault_heal_failed", fault_id=p.id, error=str(exc))
-        for p in self.planned:
-            if not p.healed and not getattr(p.fault, "heal_at_end", True):
-                p.healed = True  # e.g. a crashed node is not brought back just to be torn down
-            if not p.healed:
-                try:
-                    if p.fired_at is not None:
-                        self._heal(p)
-                    else:
-                        p.fault.heal(self.env)
-                except Exception as exc:  # healing must go on for the others
-                    self.log.record("fault_heal_failed", fault_id=p.id, error=str(exc))
-            self._open(p)
+                self._act(action)
+            except Exception as exc:  # healing must go on for the others
+                if action.kind == "open":
+                    raise
+                self.log.record("fault_heal_failed", fault_id=self.schedule.entries[action.index].id,
+                                error=str(exc))
 
     def finish(self, reached_step: int | None) -> None:
         """Record ``fault_not_fired`` for every fault that never fired."""
-        for p in self.planned:
-            if p.fired_at is None and p.failed is None:
-                trig = p.spec.trigger
-                if p.matcher is not None:
-                    reason = p.matcher.miss()
-                elif trig.at_step is not None:
-                    reason = (f"the job never emitted {trig.on_event} at step {trig.at_step} "
-                              f"(last step seen: {reached_step})")
-                else:
-                    reason = f"the job ended before t={trig.at_time_s:g}s or its target never existed"
-                self.log.record("fault_not_fired", fault_id=p.id, description=p.fault.describe(), reason=reason)
+        for e in self.schedule.unfired():
+            matcher = self.matchers[e.index]
+            reason = matcher.miss() if matcher is not None else miss_reason(e, reached_step)
+            self._record("fault_not_fired", fault_id=e.id, description=e.description, reason=reason)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from chaos.checks import REFERENCE_CHECKS
 from chaos.checks.base import Reference
 from chaos.checks.equivalence import final_digests, step_digests
 from chaos.history import History
@@ -140,11 +141,11 @@ def job_sources(script: Path, roots: list[Path], max_files: int = MAX_SOURCE_FIL
 
 
 def reference_scenario(scenario: Scenario) -> Scenario:
-    """The same job with no faults, judged only by ``completes``."""
+    """The same job with no faults, judged only by :data:`chaos.checks.REFERENCE_CHECKS` (whether it finished)."""
     ref = scenario.model_copy(update={
         "name": f"{scenario.name}-reference",
         "schedule": [],
-        "checks": [CheckSpec(name="completes")],
+        "checks": [CheckSpec(name=name) for name in REFERENCE_CHECKS],
     })
     ref._source = scenario._source
     return ref
@@ -152,7 +153,7 @@ def reference_scenario(scenario: Scenario) -> Scenario:
 
 def reference_from_result(key: str, result: RunResult) -> Reference:
     history = History(result.events)
-    acc = [e.get("accuracy") for e in history.probe("eval")]
+    acc = [e.get("accuracy") for e in history.job_events("eval")]
     return Reference(
         key=key,
         world_size=result.scenario.world_size,

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -32,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends import LaunchSpec, make_backend
-from chaos.checks import CHECKS, Reference
+from chaos.checks import Reference
 from chaos.checks.base import REFERENCE_DISABLED
+from chaos.checks.needs import needs_of
 from chaos.errors import ScenarioError
 from chaos.faults import FaultEnv
 from chaos.history import Event, EventTail, RunnerLog, merge_run_dir
@@ -41,7 +41,6 @@ from chaos.manifest import Manifest, process_start, register_run
 from chaos.observe.observer import Observer as BlackboxObserver
 from chaos.paths import default_runs_dir
 from chaos.run.ckptwatch import CheckpointWatcher
-from chaos.run.ckptwatch import wanted as ckpt_watch_wanted
 from chaos.run.nemesis import Nemesis
 from chaos.run.reference import ReferenceCache
 from chaos.run.rundir import dump_scenario, make_run_dir
@@ -99,11 +98,11 @@ def run_scenario(
     note = "no reference needed"
     if reference and scenario.blackbox is not None:
         note = "no reference for a black-box target (it reports no parameters to compare)"
-    elif reference and any(CHECKS[c].needs_reference for c in scenario.check_names() if c in CHECKS):
+    elif reference and needs_of(scenario).reference:
         cache = cache or ReferenceCache()
         if observer:
             observer({"t": time.time(), "kind": "reference_begin", "source": "runner"})
-        ref, note = cache.get_or_run(scenario, lambda s, d: _reference_run(s, d, deadline_s))
+        ref, note = cache.get_or_run(scenario, lambda s, d: reference_run(s, d, deadline_s))
         if observer:
             observer({"t": time.time(), "kind": "reference_end", "source": "runner", "note": note})
     elif not reference:
@@ -125,7 +124,9 @@ def preflight(scenario: Scenario) -> None:
             log.close()
 
 
-def _reference_run(scenario: Scenario, runs_dir: Path, deadline_s: float | None) -> RunResult:
+def reference_run(scenario: Scenario, runs_dir: Path, deadline_s: float | None = None) -> RunResult:
+    """Run ``scenario`` (a reference scenario: no faults) with no reference of its own, for
+    :meth:`~chaos.run.reference.ReferenceCache.get_or_run`. Raises KeyboardInterrupt if it was interrupted."""
     result = run_scenario(scenario, runs_dir, reference=False, deadline_s=deadline_s)
     if result.interrupted:
         raise KeyboardInterrupt
@@ -151,23 +152,23 @@ class _Run:
         self.env = FaultEnv(self.backend, self.workers, self.run_id, checkpoint_dir=str(self.run_dir / "checkpoints"),
                             checkpoint_globs=[resolve_pattern(p, self.run_dir, scenario.work_dir(self.run_dir))
                                               for p in box.checkpoints] if box else [],
-                            manifest=self.manifest)
+                            manifest=self.manifest, run_dir=str(self.run_dir))
         self.nemesis = Nemesis(scenario, self.env, self.log, self.run_dir / "control")
+        self.needs = needs_of(scenario)  # what the checks need from the run (watcher, scans, bound)
         self.blackbox: BlackboxObserver | None = None
         if box is not None:
             self.blackbox = BlackboxObserver(box, [f.trigger for f in scenario.schedule], self.backend, self.run_dir,
                                      scenario.base_dir, self.log, self.env, cwd=scenario.work_dir(self.run_dir),
-                                     watch_writers="exclusive_saves" in scenario.check_names())
+                                     watch_writers=self.needs.writer_scan)
         self.tail = EventTail(self.run_dir / "events")
         self.max_step: int | None = None
         self._exit_status: dict[int, str] = {}  # pid → the probe's exit status
-        self._signalled: dict[int, int] = {}  # pid → signal a fault sent it
+        self._signalled = self.nemesis.signalled  # pid → signal a fault sent it (the nemesis fills it in)
         self._exit_reported: set[int] = set()
-        self.hang_bound_s = no_hang_bound(scenario)
+        self.hang_bound_s = self.needs.silence_bound_s
         self.watcher = (CheckpointWatcher(self.run_dir / "checkpoints", self.log)
-                        if ckpt_watch_wanted(scenario.check_names()) else None)
+                        if self.needs.checkpoint_watch else None)
         self._last_event: dict[int, float] = {}  # id(worker) → time of its newest event
-        self._disk_fs: dict[str, Any] | None = None  # the disk filesystem process, as the manifest has it
 
     def _notify(self, events: list[Event]) -> None:
         if self.observer is None:
@@ -209,10 +210,6 @@ class _Run:
         fired = self.nemesis.tick()
         if self.blackbox is not None:
             self.blackbox.after_faults(fired)
-        for e in fired:
-            if e["kind"] == "fault_inject" and e.get("signal"):
-                for pid in e.get("pids", []):
-                    self._signalled[pid] = int(signal.Signals[e["signal"]])
         self._notify(fired)
         self._record_worker_exits()
         for node, code in self.backend.poll():
@@ -240,42 +237,21 @@ class _Run:
             self._notify([self.log.record("worker_exit", rank=w.rank, node=w.node, pid=w.pid, restart=w.restart,
                                           exit_code=code)])
 
-    def _mount_disk(self) -> None:
-        """Mount the disk fault's FUSE filesystem over the checkpoint directory, if the schedule has
-        a disk fault or a trigger that holds a write (before any node starts, so containers see it
-        through their bind mount)."""
-        if not any(f.fault == "disk" or f.trigger.holds_write for f in self.scenario.schedule):
-            return
-        from chaos.disk.mount import DiskMount
+    def _prepare_faults(self) -> None:
+        """What the faults and triggers need before any node starts (their ``prepare`` hooks, e.g. the
+        disk filesystem over the checkpoint directory, so containers see it through their bind mount)."""
+        self._notify(self.nemesis.prepare())
+        if self.watcher is not None and self.env.disk is not None:
+            self.watcher.backing = self.env.disk.backing  # the watcher reads past the faulty filesystem
 
-        ckpt = self.run_dir / "checkpoints"
-        mount = DiskMount(ckpt, self.run_dir / ".checkpoints-disk", self.run_dir / "control" / "disk-rules.json",
-                          self.run_dir / "events" / "disk.jsonl", os.getpid())
-        self.env.disk = mount  # set first: teardown unmounts even a half-made mount
-        self._notify([self.log.record("disk_mount", mountpoint=str(ckpt), backing=str(mount.backing))])
-        self.manifest.add("mount", mountpoint=os.path.realpath(ckpt), backing=str(mount.backing))
-        mount.mount()
-        if mount.pid is not None:
-            self._disk_fs = self.manifest.add_process("disk-fs", mount.pid)
-        if self.watcher is not None:
-            self.watcher.backing = mount.backing
-
-    def _unmount_disk(self) -> None:
-        mount = self.env.disk
-        if mount is None:
-            return
+    def _teardown_faults(self) -> None:
+        """Undo the ``prepare`` hooks (e.g. unmount the disk filesystem), once the job has ended."""
         if self.watcher is not None:
             self.watcher.backing = None
-        done = mount.unmount()
-        self.env.disk = None
-        if not done.get("errors"):
-            if self._disk_fs is not None:
-                self.manifest.release("process", **self._disk_fs)
-            self.manifest.release("mount", mountpoint=os.path.realpath(mount.mountpoint))
-        self._notify([self.log.record("disk_unmount", **(done or {}))])
+        self._notify(self.nemesis.teardown())
 
     def _hung(self) -> list[dict[str, Any]]:
-        """Live workers silent for longer than the ``no_hang`` bound (a paused one excepted while paused)."""
+        """Live workers silent for longer than the checks' silence bound (a paused one excepted while paused)."""
         if self.hang_bound_s is None:
             return []
         now = time.time()
@@ -311,7 +287,7 @@ class _Run:
             self._notify([start])
             if self.watcher is not None:
                 import torch  # noqa: F401  (the watcher loads checkpoints; import now, not mid-run)
-            self._mount_disk()
+            self._prepare_faults()
             self._notify(self.nemesis.arm())  # e.g. write holds on the mount, before the job starts
             env = {**s.target.env, "CHAOS_RUN_DIR": str(self.run_dir), "CHAOS_RUN_ID": self.run_id,
                    "CHAOS_RUNNER_PID": str(os.getpid()),
@@ -351,7 +327,7 @@ class _Run:
                     if self.blackbox is not None:
                         self._notify(self.blackbox.finish())
                 finally:
-                    self._unmount_disk()  # whatever failed above, the mount goes
+                    self._teardown_faults()  # whatever failed above, the mount goes
                 self._record_worker_exits(final=True)
                 self.nemesis.finish(self.max_step)
                 self.log.record("run_end", status=status)
@@ -365,13 +341,3 @@ class _Run:
         return conclude(s, self.run_id, self.run_dir, status, events, ref, note, time.time() - t_start, signame,
                         report=self.report)
 
-
-def no_hang_bound(scenario: Scenario) -> float | None:
-    """Seconds a live worker may be silent before the run is called hung (the ``no_hang`` check's
-    ``timeout_s + slack_s``); None when the scenario does not check for hangs."""
-    spec = next((c for c in scenario.checks if c.name == "no_hang"), None)
-    if spec is None:
-        return None
-    from chaos.checks.hang import bound_s
-
-    return bound_s(spec.params, scenario.target.collective_timeout_s)

@@ -1,42 +1,39 @@
 """The scenario model (layer 2): what a user writes, validated, with every problem found at once.
 
-``model`` holds the sections (target, backend, schedule, checks) and :class:`Scenario`; ``blackbox``
-the black-box spec (``blackbox:`` in a scenario), ``command`` how a ``torchrun ...`` command is taken
-apart, ``validate_blackbox`` the cross-field rules of a black-box scenario, ``target_env`` the job's
-working directory and interpreter. Everything a caller needs is importable from here.
+One module per section of a scenario file: ``target`` (the job), ``backend`` (where the nodes live),
+``trigger`` (when a fault fires, what it hits), ``faults`` and ``net_faults`` (``schedule``), ``checks``,
+and ``model`` (:class:`Scenario`, the whole file). ``blackbox`` holds the black-box spec (``blackbox:`` in a
+target), ``command`` how a ``torchrun ...`` command is taken apart, ``validate_blackbox`` the cross-field
+rules of a black-box scenario, ``target_env`` the job's working directory and interpreter. Everything a
+caller needs is importable from here.
 """
 
-from chaos.scenario.blackbox import BlackboxSpec
-from chaos.scenario.model import (
-    ARG_PLACEHOLDERS,
-    BLACKBOX_DEFAULT_CHECKS,
-    NETWORK_FAULTS,
+from chaos.scenario.backend import (
     BackendSpec,
-    BandwidthFault,
-    CheckpointFault,
-    CheckSpec,
-    DelayFault,
-    DiskFault,
     DockerBackendSpec,
+    LocalBackendSpec,
+    NetnsBackendSpec,
+    NodesSpec,
+    is_elastic,
+)
+from chaos.scenario.blackbox import BlackboxSpec
+from chaos.scenario.checks import BLACKBOX_DEFAULT_CHECKS, CheckSpec
+from chaos.scenario.faults import (
+    CheckpointFault,
+    DiskFault,
     FaultSpec,
     GradientFault,
     KillFault,
-    LocalBackendSpec,
-    LossFault,
-    NetnsBackendSpec,
     NodeCrashFault,
     NodeRestartFault,
-    NodesSpec,
     ParameterFault,
-    PartitionFault,
     PauseFault,
-    Scenario,
-    Selector,
-    Trigger,
-    is_elastic,
-    python_of,
-    work_dir_of,
 )
+from chaos.scenario.model import Scenario
+from chaos.scenario.net_faults import NETWORK_FAULTS, BandwidthFault, DelayFault, LossFault, PartitionFault
+from chaos.scenario.plugin_faults import FaultModel
+from chaos.scenario.target import ARG_PLACEHOLDERS, python_of, work_dir_of
+from chaos.scenario.trigger import Selector, Trigger
 
 __all__ = [
     "ARG_PLACEHOLDERS",
@@ -49,6 +46,7 @@ __all__ = [
     "DelayFault",
     "DiskFault",
     "DockerBackendSpec",
+    "FaultModel",
     "FaultSpec",
     "GradientFault",
     "KillFault",

@@ -10,11 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from chaos.kinds import IN_PROCESS_KINDS
 from chaos.scenario.blackbox import resolve_pattern
 from chaos.scenario.command import CommandError, conflicts, parse_command
 
 At = Callable[[tuple[Any, ...]], str]
-PROBE_FAULTS = ("gradient", "parameter")
+PROBE_FAULTS = IN_PROCESS_KINDS  # carried out by the probe, which a black-box target does not import
 
 
 def _dict(value: Any) -> dict[str, Any]:

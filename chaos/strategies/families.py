@@ -7,12 +7,13 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from chaos import kinds as fault_kinds
 from chaos.errors import StrategyError
 from chaos.strategies import faults as f
 from chaos.strategies.shape import TargetShape
 
-# Fault kinds, simplest first: a schedule shrinks toward the earlier ones.
-KINDS: dict[str, Callable[..., st.SearchStrategy[Any]]] = {
+# How explore draws each kind it may draw (the kinds table, chaos.kinds, says which and in what order).
+_DRAW: dict[str, Callable[..., st.SearchStrategy[Any]]] = {
     "kill": f.kills,
     "pause": f.pauses,
     "checkpoint": lambda shape, time=False: f.checkpoint_damage(shape),
@@ -26,31 +27,26 @@ KINDS: dict[str, Callable[..., st.SearchStrategy[Any]]] = {
     "parameter": lambda shape, time=False: f.parameter_faults(shape),
 }
 
+# Fault kinds, simplest first: a schedule shrinks toward the earlier ones.
+KINDS: dict[str, Callable[..., st.SearchStrategy[Any]]] = {k: _DRAW[k] for k in fault_kinds.explore_kinds()}
+
 # Family names, each a group of fault kinds; every kind is also a family of its own.
-FAMILIES: dict[str, tuple[str, ...]] = {
-    "kill": ("kill",),
-    "pause": ("pause",),
-    "checkpoint": ("checkpoint",),
-    "disk": ("disk",),
-    "network": ("delay", "loss", "bandwidth", "partition"),
-    "node": ("node-crash",),
-    "sdc": ("gradient", "parameter"),
-    **{k: (k,) for k in KINDS},
-}
+FAMILIES: dict[str, tuple[str, ...]] = {**fault_kinds.families(), **{k: (k,) for k in KINDS}}
 
 
 def unsupported(kind: str, shape: TargetShape) -> str | None:
     """Why ``kind`` cannot act on this target and backend, or None if it can."""
-    if kind in ("delay", "loss", "bandwidth", "partition") and not shape.has_network:
+    row = fault_kinds.kind(kind)
+    if row.network and not shape.has_network:
         return f"needs each node to have its own network (backend netns or docker), not {shape.backend}"
-    if kind in ("partition", "node-crash") and (shape.nodes < 2 or not shape.elastic):
+    if row.needs_regroup and (shape.nodes < 2 or not shape.elastic):
         return ("needs an elastic job of several nodes (backend nodes >= 2 and min_nodes < nodes), so the "
                 "survivors regroup")
-    if kind in ("checkpoint", "disk") and not shape.checkpoint_every:
+    if row.needs_checkpoints and not shape.checkpoint_every:
         return "needs a target that saves checkpoints (target.checkpoint_every)"
     if kind == "checkpoint" and not any(p.event == "checkpoint_saved" for p in shape.save_points):
         return "needs the target to report checkpoint_saved through the probe"
-    if kind in ("gradient", "parameter") and not shape.probe:
+    if row.in_process and not shape.probe:
         return "is carried out by the probe, which the target does not import"
     return None
 

@@ -155,13 +155,13 @@ def build(events: Iterable[Event]) -> Timeline:
         status=str((end or {}).get("status", "unknown")), t0=t0, duration_s=max(last_t - t0, 0.0),
         steps=first.get("steps"), ranks=ranks, tracks=tracks, spans=spans, markers=markers,
         recoveries=recoveries(tracks, spans, markers), world_sizes=world_size_changes(history, t0),
-        unit="step" if history.probe("step") or not history.probe("log_progress") else "epoch")
+        unit="step" if history.job_events("step") or not history.job_events("log_progress") else "epoch")
 
 
 def extract_tracks(history: History, t0: float) -> list[Track]:
     """One :class:`Track` per worker process (by rank and pid), in order of start."""
     procs: dict[tuple[int, int | None], dict] = {}
-    for e in history.probe("start", "step", "exit", "log_progress"):
+    for e in history.job_events("start", "step", "exit", "log_progress"):
         if e.get("rank") is None:
             continue
         key = (int(e["rank"]), e.get("pid"))
@@ -225,7 +225,7 @@ def fault_spans(history: History, t0: float) -> list[Span]:
     """One :class:`Span` per fired fault: from ``fault_inject`` to its ``fault_heal``; a fault never
     healed is instantaneous (kills, gradient and checkpoint corruption, a crash with no return)."""
     heals = {e.get("fault_id"): float(e["t"]) - t0 for e in history.of("fault_heal")}
-    injections = history.probe("sdc_inject")
+    injections = history.job_events("sdc_inject")
     out = []
     for e in history.faults():
         fid = str(e.get("fault_id", ""))
@@ -298,7 +298,7 @@ def event_markers(history: History, t0: float) -> list[Marker]:
 def _world_changes(history: History, t0: float) -> list[tuple[float, int, int]]:
     out: list[tuple[float, int, int]] = []
     current: int | None = None
-    for e in history.probe("start", "step"):
+    for e in history.job_events("start", "step"):
         size = e.get("world_size")
         if not isinstance(size, int):
             continue
@@ -310,7 +310,7 @@ def _world_changes(history: History, t0: float) -> list[tuple[float, int, int]]:
 
 def world_size_changes(history: History, t0: float) -> list[tuple[float, int]]:
     """(seconds, world size) at the job's first worker start and at each later change of world size."""
-    first = next((e for e in history.probe("start", "step") if isinstance(e.get("world_size"), int)), None)
+    first = next((e for e in history.job_events("start", "step") if isinstance(e.get("world_size"), int)), None)
     if first is None:
         return []
     return [(float(first["t"]) - t0, first["world_size"]), *[(t, s) for t, s, _ in _world_changes(history, t0)]]

@@ -7,6 +7,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from chaos.checks.speed import describe, phases
+from chaos.history import History
 from chaos.verdicts.result import RunResult
 
 STYLE = {"ok": "bold green", "failed": "bold red", "unknown": "bold yellow"}
@@ -39,10 +41,7 @@ def print_result(console: Console, result: RunResult, strict: bool = False) -> N
     console.print(f"run {status} in {result.wall_time_s:.1f} s; {ok}/{len(result.verdicts)} checks ok{counted}; "
                   f"{escape(result.reference_note)}")
     console.print(f"run directory: {escape(str(result.run_dir))}")
-    from chaos.checks.speed import describe, phases
-    from chaos.history import History
-
-    ps = phases(History(result.events))
+    ps = phases(History(result.events))  # step_time's own phases (chaos.checks.speed), whether it was checked or not
     if ps:
         console.print(f"step time:     {escape(describe(ps))}")
     console.print(f"journal:       {escape(str(result.journal_path))}")

@@ -90,7 +90,7 @@ def test_stall_applies_to_a_write_from_inside_a_container(disk: DiskMount) -> No
     """The mount is made over <run_dir>/checkpoints before the container starts; the run dir is
     bind-mounted (recursively) into it, so a write there goes through the filesystem, and the rank
     filter sees the container process's RANK."""
-    from chaos.backends.docker import docker_client
+    from chaos.backends.docker_engine import docker_client
     from chaos.backends.image import LABEL, node_image
 
     client = docker_client()

@@ -81,7 +81,7 @@ def cleanup(*args: str) -> tuple[int, dict[str, Any]]:
 
 def ours(report: dict[str, Any], run_id: str) -> list[dict[str, Any]]:
     """The report's outcomes that belong to ``run_id`` (by run, or by the run's token in a name)."""
-    from chaos.cleanup.owner import tokens
+    from chaos.backends.names import tokens
 
     toks = tokens(run_id)
     return [o for o in report["outcomes"] if o["run"] == run_id or any(t in o["name"] for t in toks)]
@@ -200,7 +200,7 @@ def test_the_users_own_container_chain_and_namespace_survive_cleanup(tmp_path: P
     import io
     import tarfile
 
-    from chaos.backends.docker import docker_client
+    from chaos.backends.docker_engine import docker_client
 
     client = docker_client()
     tok = secrets.token_hex(3)

@@ -25,10 +25,14 @@ import yaml
 
 from chaos import RunResult
 from chaos.backends.base import LaunchSpec
-from chaos.backends.docker import DockerBackend, cleanup, network_name
+from chaos.backends.docker import DockerBackend
 from chaos.backends.image import LABEL, built_tag, chaos_source_dir, node_image
+from chaos.backends.names import network_name
+from chaos.cleanup import REMOVED, Item, Plan, plan
+from chaos.cleanup.undo import undo
 from chaos.errors import CapabilityError, ChaosError
 from chaos.history import RunnerLog
+from chaos.manifest import Manifest, process_start
 from chaos.scenario import DockerBackendSpec
 from tests.conftest import REPO, SCENARIOS, leftover_processes
 
@@ -71,6 +75,31 @@ def docker_leftovers(run_id: str) -> list[str]:
     return sorted(set(out))
 
 
+def remove_runner_leftovers(runner_pid: int) -> list[str]:
+    """Remove, through the cleanup package's undo, the containers and networks labelled as made by
+    the runner ``runner_pid``, alive or not (a test's own teardown); the names removed."""
+    client = _client()
+    label = {"label": f"chaos.runner_pid={runner_pid}"}
+    items = [Item("container", c.name, {"name": c.name}, c.labels.get("chaos.run"), "sweep", "test teardown")
+             for c in client.containers.list(all=True, filters=label)]
+    items += [Item("network", n.name, {"name": n.name}, (n.attrs.get("Labels") or {}).get("chaos.run"), "sweep",
+                   "test teardown") for n in client.networks.list(filters=label)]
+    return [o.item.name for o in undo(Plan(items=items), docker=client) if o.status == REMOVED]
+
+
+def chaos_cleanup_docker(run_id: str | None = None, runs_dir: Path | None = None) -> dict[str, list[str]]:
+    """What ``chaos cleanup`` removes of the engine's (containers and networks of dead runners; of
+    ``run_id`` only, if given; the manifests of ``runs_dir`` read), by kind: the cleanup package's
+    plan, its docker items undone."""
+    p = plan(runs_dir, sweep=True, with_docker=True)
+    p.items = [i for i in p.items if i.kind in ("container", "network") and run_id in (None, i.run_id)]
+    out: dict[str, list[str]] = {"containers": [], "networks": []}
+    for o in undo(p):
+        if o.status == REMOVED:
+            out[o.item.kind + "s"].append(o.item.name)
+    return out
+
+
 def assert_nothing_left(run_dir: Path, run_id: str) -> None:
     assert docker_leftovers(run_id) == []
     assert leftover_processes(run_dir, run_id) == []
@@ -82,7 +111,7 @@ def _remove_what_a_failed_test_left() -> Iterator[None]:
     (labelled with its pid; other runs on this engine, e.g. of other xdist workers, are left alone)."""
     yield
     try:
-        cleanup(_client(), runner_pid=os.getpid())
+        remove_runner_leftovers(os.getpid())
     except Exception:  # no engine: the test was skipped or checked just that
         pass
 
@@ -139,7 +168,7 @@ def test_interrupted_run_leaves_no_container_network_or_process(tmp_path: Path) 
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-            cleanup(_client(), runner_pid=proc.pid)
+            remove_runner_leftovers(proc.pid)
     assert proc.returncode == 128 + signal.SIGINT, out
     journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
     assert any(e["kind"] == "interrupted" and e["signal"] == "SIGINT" for e in journal)
@@ -264,21 +293,28 @@ def test_teardown_of_a_half_created_run_removes_what_exists(tmp_path: Path) -> N
     b._create_network()
     b._create_container(0)  # created, never started; node 1 never made
     assert len(docker_leftovers(b.run_id)) == 2
-    assert b.network.name not in cleanup(b.client)["networks"]  # its runner (this process) is alive
+    assert b.network.name not in chaos_cleanup_docker(b.run_id)["networks"]  # its runner (this process) is alive
     fresh = DockerBackend(b.spec, b.run_id, b.run_dir, b.log)  # e.g. a runner that lost track of them
     fresh.teardown()
     assert_nothing_left(b.run_dir, b.run_id)
 
 
 @needs_docker
-def test_cleanup_removes_what_a_dead_runner_left() -> None:
-    gone = subprocess.Popen(["true"])
+def test_cleanup_removes_what_a_dead_runner_left(tmp_path: Path) -> None:
+    gone = subprocess.Popen(["sleep", "60"])
+    start = process_start(gone.pid)
+    gone.kill()
     gone.wait()
     client = _client()
     run_id = f"test-docker-orphan-{secrets.token_hex(3)}"
+    # what a runner writes before it makes anything: without it, cleanup proves a runner dead only when it
+    # can read every process (not in a sandbox whose pid 1 hides its environment from root)
+    (tmp_path / run_id).mkdir()
+    Manifest(tmp_path / run_id).add("runner", pid=gone.pid, start=start, run_id=run_id)
+    Manifest(tmp_path / run_id).add("network", name=network_name(run_id))
     net = client.networks.create(network_name(run_id), driver="bridge",
                                  labels={LABEL: "1", "chaos.run": run_id, "chaos.runner_pid": str(gone.pid)})
-    removed = cleanup(client)
+    removed = chaos_cleanup_docker(run_id, tmp_path)
     assert net.name in removed["networks"] and docker_leftovers(run_id) == []
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos.backends.names import token_of, tokens
 from chaos.cleanup.owner import (
     Facts,
     Labelled,
@@ -17,8 +18,6 @@ from chaos.cleanup.owner import (
     named_liveness,
     process_liveness,
     run_liveness,
-    token_of,
-    tokens,
 )
 
 RUN = "kill-worker-20261130-010203-0a1b2c3d"

@@ -14,7 +14,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "chaos"
 
 # lowest first; a module belongs to the first entry that is it or a package above it
 LAYERS: list[tuple[str, list[str]]] = [
-    ("foundation", ["chaos.errors", "chaos.paths", "chaos.history", "chaos.logtext", "chaos.kinds", "chaos.probe"]),
+    ("foundation", ["chaos.errors", "chaos.paths", "chaos.history", "chaos.logtext", "chaos.kinds", "chaos.probe",
+                    "chaos.plugins"]),
     ("model", ["chaos.scenario"]),
     ("judgement and mechanisms", ["chaos.checks", "chaos.timeline", "chaos.net", "chaos.disk", "chaos.reserve",
                                   "chaos.manifest", "chaos.capabilities", "chaos.dcpcheck", "chaos.worker_table"]),
@@ -23,8 +24,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("faults, black-box runtime, cleanup", ["chaos.faults", "chaos.observe", "chaos.cleanup"]),
     ("run", ["chaos.run"]),
     ("explore", ["chaos.explore"]),
-    ("shells", ["chaos.cli", "chaos.pytest_plugin", "chaos.progress", "chaos.doctor", "chaos.init",
-                "chaos.agent_main", "chaos.plugins", "chaos"]),
+    ("shells", ["chaos.cli", "chaos.cli_run", "chaos.pytest_plugin", "chaos.progress", "chaos.doctor", "chaos.init",
+                "chaos.agent_main", "chaos"]),
 ]
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from chaos.checks.agents import crashed_agent_exits, first_log_error, log_tails
 from chaos.checks.base import CheckContext, Verdict
 from chaos.checks.blackbox.view import (
     describe_progress,
@@ -14,7 +15,6 @@ from chaos.checks.blackbox.view import (
     unit,
     variant,
 )
-from chaos.checks.completion import _crashed_agent_exits, _first_log_error, _log_tails
 from chaos.history import History
 
 
@@ -35,16 +35,16 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
     exits = history.of("agent_exit")
     if not exits:
         return Verdict(name, "failed", f"no torchrun agent exit was recorded; {where}")
-    crashed = _crashed_agent_exits(history)
+    crashed = crashed_agent_exits(history)
     bad = [e for e in exits if e.get("exit_code") != 0 and id(e) not in crashed]
     if bad:
         codes = ", ".join(f"node {e['node']} exited {e['exit_code']}" for e in bad)
         after = max((fault_t(f) for f in history.faults()), default=0.0)
         errs = errors(history, after) or errors(history, 0.0)
-        parts = [f"torchrun agent failed: {codes}; {where}", *_first_log_error(history, after, errs), *errs,
-                 *_log_tails(history)]
+        parts = [f"torchrun agent failed: {codes}; {where}", *first_log_error(history, after, errs), *errs,
+                 *log_tails(history)]
         return Verdict(name, "failed", "; ".join(dict.fromkeys(parts)), events=bad[:3])
-    starts = history.probe("start")
+    starts = history.job_events("start")
     world = int(starts[-1].get("world_size") or ctx.world_size) if starts else ctx.world_size
     reached = last_progress(history)
     word = unit(history)

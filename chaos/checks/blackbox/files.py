@@ -19,7 +19,7 @@ For a black-box target ``checkpoint_durable`` is this check too.
 
 from __future__ import annotations
 
-from chaos.checks.base import CheckContext, Verdict, check, is_blackbox
+from chaos.checks.base import CheckContext, Verdict, check, is_blackbox, require
 from chaos.checks.blackbox.view import info, name, variant
 from chaos.checks.midwrite import landings
 from chaos.history import Event, History
@@ -111,11 +111,9 @@ def _unsure(tests: list[Event]) -> str:
 
 
 def judge_files(history: History, check_name: str) -> Verdict:
-    tests = history.of("checkpoint_checked")
     box = info(history)
-    if not tests:
-        return Verdict(check_name, "unknown", f"no checkpoint file matching {', '.join(box.get('checkpoints') or [])} "
-                       "was seen; is blackbox.checkpoints where the job writes?")
+    tests = require(history.of("checkpoint_checked"), f"no checkpoint file matching "
+                    f"{', '.join(box.get('checkpoints') or [])} was seen; is blackbox.checkpoints where the job writes?")
     settle_s = float(box.get("settle_s", 0.3))
     failed = [e for e in tests if e.get("ok") is False]
     ok = [e for e in tests if e.get("ok") is True]

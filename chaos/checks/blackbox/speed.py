@@ -14,9 +14,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from chaos.checks.base import CheckContext, Verdict
+from chaos.checks.base import CheckContext, Verdict, require
 from chaos.checks.blackbox.view import printing_ranks, progress, unit, variant
-from chaos.checks.speed import DEFAULT_MAX_SLOWDOWN, LASTING_FAULTS
+from chaos.checks.speed import DEFAULT_MAX_SLOWDOWN, LASTING_FAULTS, NO_LASTING_FAULT
 from chaos.history import History
 
 MIN_BEFORE = 2  # gaps before the first fault needed for a baseline
@@ -95,9 +95,7 @@ def describe(ps: list[Phase], word: str) -> str:
 def step_time(history: History, ctx: CheckContext) -> Verdict:
     name = "step_time"
     word = unit(history)
-    ps = phases(history)
-    if not ps:
-        return Verdict(name, "unknown", "no lasting fault in this run, so no slowdown to measure")
+    ps = require(phases(history), NO_LASTING_FAULT)
     base = ps[0]
     if len(base.gaps) < MIN_BEFORE:
         return Verdict(name, "unknown", f"too few progress lines before the first fault to time a {word} "

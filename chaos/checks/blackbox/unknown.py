@@ -17,6 +17,8 @@ WHY = {
     "fell_back": "a black-box target does not say which checkpoint it loaded or rejected (restored_from_checkpoint "
                  f"says where its counter resumed); {PROBE}",
     "regrouped": f"a black-box target does not say when it loaded a checkpoint at a new world size; {PROBE}",
+    "replicas_agree": "a black-box target reports no parameter digests, so its replicas cannot be compared; import "
+                      "chaos.probe in the target and emit 'final' with a digest (see 'Instrumenting your own target')",
 }
 
 

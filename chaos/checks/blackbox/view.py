@@ -3,7 +3,6 @@ for the events)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,8 +11,10 @@ from chaos.checks.base import BLACKBOX_VARIANTS, CheckContext, Verdict
 from chaos.checks.restores import restores
 from chaos.history import Event, History
 from chaos.logtext import brief
+from chaos.paths import base_name
 
 CheckFn = Callable[[History, CheckContext], Verdict]
+name = base_name  # a checkpoint file's name in a verdict
 
 
 def variant(name: str) -> Callable[[CheckFn], CheckFn]:
@@ -35,10 +36,6 @@ def info(history: History) -> dict[str, Any]:
 def unit(history: History) -> str:
     """What the progress counter counts: ``step`` or ``epoch``."""
     return str(info(history).get("counter") or "step")
-
-
-def name(path: str | None) -> str:
-    return os.path.basename(path or "?")
 
 
 def fault_t(fault: Event) -> float:
@@ -107,7 +104,7 @@ def describe_progress(history: History) -> str:
 def errors(history: History, after: float, until: float | None = None, limit: int = 2) -> list[str]:
     """The last distinct error lines of the workers started in (after, until], each as ``ranks R
     (restart K) printed error`` (a worker running when a fault hit is expected to fail: not these)."""
-    started: dict[int, float] = {e["pid"]: float(e["t"]) for e in history.probe("start") if e.get("pid") is not None}
+    started: dict[int, float] = {e["pid"]: float(e["t"]) for e in history.job_events("start") if e.get("pid") is not None}
 
     def since(e: Event) -> float:
         pid = e.get("pid")

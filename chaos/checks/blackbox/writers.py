@@ -14,7 +14,7 @@ be missed, and a race the ticks missed cannot be told: ok says how many writes i
 
 from __future__ import annotations
 
-from chaos.checks.base import CheckContext, Verdict
+from chaos.checks.base import CheckContext, Verdict, require
 from chaos.checks.blackbox.view import info, name, variant
 from chaos.history import Event, History
 
@@ -45,12 +45,10 @@ def _in_turn(writes: list[Event]) -> str:
 @variant("exclusive_saves")
 def exclusive_saves(history: History, ctx: CheckContext) -> Verdict:
     check_name = "exclusive_saves"
-    writes = history.of("checkpoint_writers")
-    if not writes:
-        patterns = ", ".join(info(history).get("checkpoints") or []) or "blackbox.checkpoints"
-        return Verdict(check_name, "unknown", f"no worker was seen holding a checkpoint file ({patterns}) open for "
-                       "writing, so whether one rank wrote at a time cannot be told (a save shorter than the 20 ms "
-                       "polling tick can be missed; is blackbox.checkpoints where the job writes?)")
+    patterns = ", ".join(info(history).get("checkpoints") or []) or "blackbox.checkpoints"
+    writes = require(history.of("checkpoint_writers"), f"no worker was seen holding a checkpoint file ({patterns}) "
+                     "open for writing, so whether one rank wrote at a time cannot be told (a save shorter than the "
+                     "20 ms polling tick can be missed; is blackbox.checkpoints where the job writes?)")
     bad = clashes(history)
     if not bad:
         ranks = sorted({r for e in writes for r in e.get("ranks") or []})

@@ -1,0 +1,116 @@
+"""The fault kinds: one row per ``fault:`` name a scenario may give, with the traits that the layers
+above read instead of comparing names (issue 13).
+
+A new fault kind is its spec (:mod:`chaos.scenario`), its implementation (:mod:`chaos.faults`) and one
+row here. This module imports nothing of chaos (foundation layer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One fault kind and its traits.
+
+    ``family``: the ``chaos explore --families`` group it belongs to (None: explore never draws it).
+    ``explore_order``: its place in explore's simplicity order (a schedule shrinks toward lower ones;
+    None: not drawn). ``kills``: it ends the processes it hits (the restore checks judge what followed).
+    ``disrupts``: it perturbs without killing and lasts ``duration_s``; a restart may or may not follow.
+    ``cuts``: it cuts ranks off their peers while in force (a peer's collective may time out).
+    ``network``: it acts on a node's own network (netns/docker backends only). ``node_level``: it acts
+    on a whole node. ``in_process``: the probe inside the target carries it out (gradient, parameter).
+    ``heals``: it has a duration after which it is undone. ``needs_checkpoints``: only a target that
+    saves checkpoints can take it. ``needs_regroup``: only an elastic job of several nodes can take it.
+    ``doc``: one line for ``chaos faults`` / the CLI's JSON listing."""
+
+    name: str
+    doc: str
+    family: str | None = None
+    explore_order: int | None = None
+    kills: bool = False
+    disrupts: bool = False
+    cuts: bool = False
+    network: bool = False
+    node_level: bool = False
+    in_process: bool = False
+    heals: bool = False
+    needs_checkpoints: bool = False
+    needs_regroup: bool = False
+
+
+def _network(name: str, doc: str, explore_order: int, needs_regroup: bool = False) -> Kind:
+    return Kind(name, doc, family="network", explore_order=explore_order, disrupts=True, cuts=True, network=True,
+                node_level=True, heals=True, needs_regroup=needs_regroup)
+
+
+# in the order ``chaos faults`` lists them
+KINDS: tuple[Kind, ...] = (
+    Kind("kill", "send a signal (SIGKILL default, SIGTERM, ...) to a rank, every worker of a node, or a node's "
+         "agent", family="kill", explore_order=0, kills=True),
+    Kind("pause", "freeze a rank (SIGSTOP/SIGCONT) or a whole node (every process; docker pause) for duration_s",
+         family="pause", explore_order=1, disrupts=True, cuts=True, heals=True),
+    Kind("node-crash", "kill a whole node at once (agent + workers, or its container), optionally back after "
+         "restart_after_s", family="node", explore_order=8, kills=True, node_level=True, needs_regroup=True),
+    Kind("node-restart", "start a crashed node again so it rejoins the rendezvous", node_level=True),
+    _network("delay", "delay a node's outgoing packets (netem; NFQUEUE delayer where the kernel has no netem); "
+             "netns/docker", 4),
+    _network("loss", "drop a share of a node's outgoing packets (netem; iptables -m statistic); netns/docker", 5),
+    _network("bandwidth", "cap a node's outgoing bandwidth (tc tbf); netns/docker", 6),
+    _network("partition", "split the nodes in two sides that cannot reach each other (iptables); netns/docker", 7,
+             needs_regroup=True),
+    Kind("disk", "stall, slow or fail chosen file operations (write, fsync, rename, ...) on the checkpoint "
+         "directory, optionally of one rank, through a FUSE pass-through filesystem", family="disk",
+         explore_order=3, disrupts=True, heals=True, needs_checkpoints=True),
+    Kind("checkpoint", "damage the newest checkpoint between its save and the next load: corrupt bytes, "
+         "truncate, delete its metadata", family="checkpoint", explore_order=2, needs_checkpoints=True),
+    Kind("gradient", "SDC in one rank's gradient (bitflip, nan, inf, scale, noise), before (local) or after "
+         "(replica) the all-reduce, for one step or N; carried out by the probe", family="sdc", explore_order=9,
+         in_process=True),
+    Kind("parameter", "SDC: a bitflip in one rank's weight in memory after the optimizer step; carried out by "
+         "the probe", family="sdc", explore_order=10, in_process=True),
+)
+
+BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}
+KIND_NAMES: tuple[str, ...] = tuple(BY_NAME)
+
+
+def kind(name: str) -> Kind:
+    """The row of fault kind ``name``. Raises KeyError for a name that is not a fault kind."""
+    return BY_NAME[name]
+
+
+def names(**traits: bool) -> tuple[str, ...]:
+    """The names of the kinds whose traits have the given values, in table order, e.g.
+    ``names(network=True)`` → ``("delay", "loss", "bandwidth", "partition")``. Raises TypeError for a
+    trait that is not a boolean field of :class:`Kind`."""
+    for trait in traits:
+        if not isinstance(getattr(KINDS[0], trait, None), bool):
+            raise TypeError(f"names(): {trait!r} is not a boolean trait of a fault kind")
+    return tuple(k.name for k in KINDS if all(getattr(k, t) is v for t, v in traits.items()))
+
+
+def explore_kinds() -> tuple[str, ...]:
+    """The kinds explore may draw, simplest first (a schedule shrinks toward the earlier ones)."""
+    drawn = [k for k in KINDS if k.explore_order is not None]
+    return tuple(k.name for k in sorted(drawn, key=lambda k: k.explore_order or 0))
+
+
+def families() -> dict[str, tuple[str, ...]]:
+    """Family name → its kinds in simplicity order, families in the order of their simplest kind."""
+    out: dict[str, list[str]] = {}
+    for name in explore_kinds():
+        family = BY_NAME[name].family
+        if family is not None:
+            out.setdefault(family, []).append(name)
+    return {f: tuple(v) for f, v in out.items()}
+
+
+NETWORK_KINDS = names(network=True)
+IN_PROCESS_KINDS = names(in_process=True)
+KILLING_KINDS = names(kills=True)
+DISRUPTING_KINDS = names(disrupts=True)
+CUTTING_KINDS = names(cuts=True)
+LASTING_KINDS = names(heals=True)
+FAULT_DOCS: dict[str, str] = {k.name: k.doc for k in KINDS}

@@ -1,0 +1,98 @@
+"""``backend:``, where the nodes live: the topology every backend shares (:class:`NodesSpec`) and
+the ``local``, ``netns`` and ``docker`` kinds (:data:`BackendSpec`, discriminated by ``kind``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from chaos.scenario.base import _Model
+
+
+def is_elastic(nodes: int, min_nodes: int | None) -> bool:
+    """An elastic job: torchrun --nnodes=MIN_NODES:NODES with MIN_NODES < NODES, so it can regroup smaller."""
+    return min_nodes is not None and min_nodes < nodes
+
+
+class NodesSpec(_Model):
+    """What every backend shares: nodes × workers per node, torchrun's restart and rendezvous settings."""
+
+    nodes: int = Field(default=1, ge=1, le=16, description="torchrun agents (nodes).")
+    nproc_per_node: int = Field(default=2, ge=1, le=64, description="Workers per agent.")
+    min_nodes: int | None = Field(
+        default=None, ge=1, description="Elastic: torchrun --nnodes=MIN_NODES:NODES, so the job regroups at a "
+        "smaller world size when a node is lost (c10d rendezvous only). Default: fixed at `nodes`.")
+    max_restarts: int = Field(default=3, ge=0, description="torchrun --max-restarts.")
+    rdzv_backend: Literal["c10d", "static"] = Field(default="c10d", description="torchrun rendezvous backend.")
+    rdzv_conf: dict[str, int | float] = Field(
+        default_factory=dict, description="torchrun --rdzv-conf (c10d): join_timeout, last_call_timeout, "
+        "close_timeout, heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt (seconds / counts). "
+        "Elastic jobs default to last_call_timeout=2, keep_alive_interval=1, keep_alive_max_attempt=3, so a "
+        "lost node is noticed in ~3 s.")
+    rdzv_node: int = Field(default=0, ge=0, description="The node whose agent hosts the c10d rendezvous store. "
+                           "Losing it is fatal to torchrun jobs (pytorch/pytorch#67742, #150916).")
+    share_rdzv_tcp_store: bool = Field(
+        default=False,
+        description="Let workers reuse the rendezvous TCP store (torch's default). False sets "
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, without which restarted gloo workers on torch 2.13 "
+        "can hang connecting to a dead rank's old port (pytorch/pytorch#135712).",
+    )
+    monitor_interval_s: float = Field(default=0.1, gt=0, description="torchrun --monitor-interval, seconds.")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    @property
+    def elastic(self) -> bool:
+        return is_elastic(self.nodes, self.min_nodes)
+
+    def rdzv_settings(self) -> dict[str, int | float]:
+        """The --rdzv-conf actually passed: the elastic defaults under the user's settings."""
+        base: dict[str, int | float] = (
+            {"last_call_timeout": 2, "keep_alive_interval": 1, "keep_alive_max_attempt": 3} if self.elastic else {})
+        return {**base, **self.rdzv_conf}
+
+    @model_validator(mode="after")
+    def _elastic(self) -> NodesSpec:
+        if self.min_nodes is not None and self.min_nodes > self.nodes:
+            raise ValueError(f"min_nodes={self.min_nodes} must be at most nodes={self.nodes}; use min_nodes <= nodes")
+        if self.elastic and self.rdzv_backend == "static":
+            raise ValueError("min_nodes needs the c10d rendezvous (static rendezvous cannot regroup); "
+                             "use rdzv_backend: c10d")
+        if self.rdzv_node >= self.nodes:
+            raise ValueError(f"rdzv_node={self.rdzv_node} must be a node in 0..{self.nodes - 1}")
+        return self
+
+
+class LocalBackendSpec(NodesSpec):
+    """Every node is one torchrun agent on this host; rendezvous on loopback. No network of its own,
+    so network faults need ``netns`` or ``docker``."""
+
+    kind: Literal["local"] = "local"
+
+
+class NetnsBackendSpec(NodesSpec):
+    """Every node is a Linux network namespace with its own address on a bridge (veth pairs); its
+    torchrun agent runs on this host inside that namespace. Needs root (CAP_NET_ADMIN)."""
+
+    kind: Literal["netns"]
+    subnet: str | None = Field(default=None, description="IPv4 /24 for the nodes, e.g. 10.213.7.0/24; "
+                               "default: a free one in 10.213.0.0/16.")
+
+
+class DockerBackendSpec(NodesSpec):
+    """Every node is a container on a user-defined bridge network, through the Docker engine."""
+
+    kind: Literal["docker"]
+    image: str | None = Field(
+        default=None, description="The node image (your training image, with torch). Default: a local image "
+        "built with no registry, running this host's interpreter and virtual environment mounted read-only.")
+    python: str | None = Field(default=None, description="Python inside the image (default: this host's "
+                               "interpreter path with the built image, `python` with your own).")
+    subnet: str | None = Field(default=None, description="IPv4 /24 of the run's network; default: a free one "
+                               "in 10.214.0.0/16.")
+
+
+BackendSpec = Annotated[LocalBackendSpec | NetnsBackendSpec | DockerBackendSpec, Field(discriminator="kind")]
