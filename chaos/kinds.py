@@ -2,7 +2,9 @@
 above read instead of comparing names (issue 13).
 
 A new fault kind is its spec (:mod:`chaos.scenario`), its implementation (:mod:`chaos.faults`) and one
-row here. This module imports nothing of chaos (foundation layer).
+row here. A fault plugin's row (its optional ``kind``) is added when :mod:`chaos.plugins` loads it, so
+the readers see it too: they ask :func:`kind`, :func:`row` or :func:`names` at the time they judge, never
+a tuple computed at import. This module imports nothing of chaos (foundation layer).
 """
 
 from __future__ import annotations
@@ -72,27 +74,66 @@ KINDS: tuple[Kind, ...] = (
          "the probe", family="sdc", explore_order=10, in_process=True),
 )
 
-BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}
-KIND_NAMES: tuple[str, ...] = tuple(BY_NAME)
+BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}  # the built-in rows
+KIND_NAMES: tuple[str, ...] = tuple(BY_NAME)  # the built-in kinds' names, in table order
+FAULT_DOCS: dict[str, str] = {k.name: k.doc for k in KINDS}  # built-in name → its one line
+
+# Rows that loaded fault plugins added (chaos.plugins adds one when it loads a plugin), by name, in the
+# order they were added. Kept here, not in chaos.plugins, so that the readers ask one table.
+_PLUGIN_ROWS: dict[str, Kind] = {}
+
+
+def add_plugin_kind(row: Kind) -> None:
+    """Add a plugin fault's row, so that :func:`kind`, :func:`row` and :func:`names` see it (adding the
+    same name again replaces the row). Raises ValueError when ``row.name`` is a built-in kind's."""
+    if row.name in BY_NAME:
+        raise ValueError(f"fault kind {row.name!r} is built in; a plugin cannot add a row for it")
+    _PLUGIN_ROWS[row.name] = row
+
+
+def forget_plugin_kinds() -> None:
+    """Drop every row plugins added (tests; :func:`chaos.plugins.reset`)."""
+    _PLUGIN_ROWS.clear()
+
+
+def rows() -> tuple[Kind, ...]:
+    """Every row: the built-in ones in table order, then the plugins' in the order they were added."""
+    return KINDS + tuple(_PLUGIN_ROWS.values())
 
 
 def kind(name: str) -> Kind:
-    """The row of fault kind ``name``. Raises KeyError for a name that is not a fault kind."""
-    return BY_NAME[name]
+    """The row of fault kind ``name`` (built in, or added by a loaded plugin). Raises KeyError for a
+    name that is neither."""
+    found = BY_NAME.get(name) or _PLUGIN_ROWS.get(name)
+    if found is None:
+        raise KeyError(name)
+    return found
+
+
+def row(name: object) -> Kind:
+    """The row of ``name`` as :func:`kind` gives it, or, for any other value (a plugin fault that gave no
+    row, an event's missing ``fault`` field: None), a row with no traits: it kills, disrupts, cuts and
+    heals nothing. Never raises; what the checks ask of a history event's ``fault``."""
+    if isinstance(name, str):
+        found = BY_NAME.get(name) or _PLUGIN_ROWS.get(name)
+        if found is not None:
+            return found
+    return Kind(str(name), "")
 
 
 def names(**traits: bool) -> tuple[str, ...]:
-    """The names of the kinds whose traits have the given values, in table order, e.g.
-    ``names(network=True)`` → ``("delay", "loss", "bandwidth", "partition")``. Raises TypeError for a
-    trait that is not a boolean field of :class:`Kind`."""
+    """The names of the kinds (built in, then plugins', as :func:`rows`) whose traits have the given
+    values, e.g. ``names(network=True)`` → ``("delay", "loss", "bandwidth", "partition")``. Raises
+    TypeError for a trait that is not a boolean field of :class:`Kind`."""
     for trait in traits:
         if not isinstance(getattr(KINDS[0], trait, None), bool):
             raise TypeError(f"names(): {trait!r} is not a boolean trait of a fault kind")
-    return tuple(k.name for k in KINDS if all(getattr(k, t) is v for t, v in traits.items()))
+    return tuple(k.name for k in rows() if all(getattr(k, t) is v for t, v in traits.items()))
 
 
 def explore_kinds() -> tuple[str, ...]:
-    """The kinds explore may draw, simplest first (a schedule shrinks toward the earlier ones)."""
+    """The built-in kinds explore may draw, simplest first (a schedule shrinks toward the earlier ones;
+    explore has no way to draw a plugin's fault, so a plugin row's ``explore_order`` is not read)."""
     drawn = [k for k in KINDS if k.explore_order is not None]
     return tuple(k.name for k in sorted(drawn, key=lambda k: k.explore_order or 0))
 
@@ -105,12 +146,3 @@ def families() -> dict[str, tuple[str, ...]]:
         if family is not None:
             out.setdefault(family, []).append(name)
     return {f: tuple(v) for f, v in out.items()}
-
-
-NETWORK_KINDS = names(network=True)
-IN_PROCESS_KINDS = names(in_process=True)
-KILLING_KINDS = names(kills=True)
-DISRUPTING_KINDS = names(disrupts=True)
-CUTTING_KINDS = names(cuts=True)
-LASTING_KINDS = names(heals=True)
-FAULT_DOCS: dict[str, str] = {k.name: k.doc for k in KINDS}

@@ -10,7 +10,9 @@ Two entry-point groups:
     built as ``fault(spec, fault_id)`` that keeps the :class:`chaos.faults.base.SpecFault` contract:
     ``instant``, ``preflight``/``ranks``/``ready``/``inject``/``heal``/``describe``). A
     :class:`FaultPlugin` is the simplest such object; any object (a module, a class) with those
-    attributes does too. ``doc`` (one line) and ``kind`` (its :class:`chaos.kinds.Kind` row) are optional.
+    attributes does too. ``doc`` (one line) and ``kind`` (its :class:`chaos.kinds.Kind` row, named as
+    the entry point) are optional; once the plugin is loaded its row is in the kinds table, so a plugin
+    fault with ``kills=True`` is judged by the restore checks like ``kill``.
 
 ``chaos.checks``
     Each entry point names a module (or an object in one); importing it registers its checks with
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaos.errors import ChaosError
-from chaos.kinds import KIND_NAMES, Kind
+from chaos.kinds import KIND_NAMES, Kind, add_plugin_kind, forget_plugin_kinds
 
 FAULT_GROUP = "chaos.faults"
 CHECK_GROUP = "chaos.checks"
@@ -105,7 +107,8 @@ def fault_names() -> tuple[str, ...]:
 
 
 def fault_plugin(name: str, spec_base: type | None = None) -> FaultPlugin | None:
-    """The plugin of fault ``name``, loaded on first use; None when no installed plugin offers it.
+    """The plugin of fault ``name``, loaded on first use (its row, :meth:`FaultPlugin.row`, is then added
+    to the kinds table); None when no installed plugin offers it.
 
     Raises :class:`PluginError` when its entry point fails to import, when two distributions offer the
     same name, or when what it names lacks ``spec``/``fault``, its spec is not a pydantic model (a
@@ -121,6 +124,8 @@ def fault_plugin(name: str, spec_base: type | None = None) -> FaultPlugin | None
         except PluginError as exc:
             _fault_errors[name] = exc
             raise
+        if name not in KIND_NAMES:  # the built-in row wins (fault_names() never offers such a plugin)
+            add_plugin_kind(_faults[name].row())  # the checks and the observer read its traits from there
     plugin = _faults[name]
     if spec_base is not None and not issubclass(plugin.spec, spec_base):
         raise PluginError(FAULT_GROUP, name, f"fault plugin {name!r}: its spec {plugin.spec.__qualname__} must "
@@ -169,6 +174,9 @@ def _fault_from(found: list[md.EntryPoint]) -> FaultPlugin:
     if row is not None and not isinstance(row, Kind):
         raise PluginError(FAULT_GROUP, ep.name, f"fault plugin {ep.name!r} ({_where(ep)}): its `kind` must be a "
                           f"chaos.kinds.Kind, not {type(row).__name__}")
+    if row is not None and row.name != ep.name:
+        raise PluginError(FAULT_GROUP, ep.name, f"fault plugin {ep.name!r} ({_where(ep)}): its `kind` is named "
+                          f"{row.name!r}; name it {ep.name!r} (the entry point's name)")
     return FaultPlugin(spec, impl, str(getattr(obj, "doc", "") or ""), row)
 
 
@@ -210,6 +218,7 @@ def reset() -> None:
     _fault_errors.clear()
     _check_errors.clear()
     _checks_loaded = None
+    forget_plugin_kinds()
 
 
 __all__ = ["CHECK_GROUP", "FAULT_GROUP", "FaultPlugin", "PluginError", "check_plugin_errors", "fault_docs",

@@ -14,11 +14,9 @@ from typing import Any
 
 from chaos.checks.base import CheckContext, Verdict, check, is_blackbox, require
 from chaos.history import Event, History
-from chaos.kinds import CUTTING_KINDS
+from chaos.kinds import row
 
 DEFAULT_SLACK_S = 10.0
-# faults whose victims' peers must give up within the collective timeout
-CUTTING_FAULTS = CUTTING_KINDS  # the kinds table's
 
 
 def bound_s(params: dict[str, Any], collective_timeout_s: float | None) -> float | None:
@@ -138,7 +136,7 @@ def _reactions(history: History) -> list[str]:
     """For each cutting fault: which other ranks gave up (exited with an error) and how soon."""
     out = []
     for f in history.faults():
-        if f.get("fault") not in CUTTING_FAULTS:
+        if not row(f.get("fault")).cuts:
             continue
         gave_up = _gave_up(history, f)
         if gave_up:

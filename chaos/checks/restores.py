@@ -6,11 +6,8 @@ import os
 from dataclasses import dataclass, field
 
 from chaos.history import Event, History
-from chaos.kinds import DISRUPTING_KINDS, KILLING_KINDS
+from chaos.kinds import row
 
-KILLING_FAULTS = KILLING_KINDS
-# faults that may or may not end in a restart (a peer's collective timeout): judged only if one followed
-DISRUPTING_FAULTS = DISRUPTING_KINDS
 RESTORE_KINDS = ("checkpoint_load_begin", "checkpoint_loaded", "checkpoint_load_failed", "step")
 
 
@@ -66,9 +63,21 @@ def stopped_by(history: History, fault: Event, until: float | None = None) -> li
     return [pid for pid, rank in running.items() if pid in ended or rank in replaced]
 
 
+def kills(e: Event) -> bool:
+    """Fault event ``e`` is of a kind that ends the processes it hits (its kinds-table row, a loaded
+    plugin's included, says ``kills``)."""
+    return row(e.get("fault")).kills
+
+
+def disrupts(e: Event) -> bool:
+    """Fault event ``e`` is of a kind that may or may not end in a restart (a peer's collective timeout):
+    judged only if one followed."""
+    return row(e.get("fault")).disrupts
+
+
 def restores(history: History) -> list[Restore]:
-    """One :class:`Restore` per killing fault, in time order."""
-    either = [e for e in history.faults() if e.get("fault") in KILLING_FAULTS + DISRUPTING_FAULTS]
+    """One :class:`Restore` per killing fault (or disrupting fault that a restart followed), in time order."""
+    either = [e for e in history.faults() if kills(e) or disrupts(e)]
 
     def restarted_by(e: Event) -> bool:
         """A disrupting fault counts if a worker running when it began ended after it and workers
@@ -79,12 +88,11 @@ def restores(history: History) -> list[Restore]:
         nxt = next((k["t"] for k in either if k["t"] > e["t"]), None)
         return bool(stopped_by(history, e, nxt)) and bool(history.processes_started_after(e["t"], nxt))
 
-    kills = [e for e in history.faults() if e.get("fault") in KILLING_FAULTS or (
-        e.get("fault") in DISRUPTING_FAULTS and restarted_by(e))]
+    killing = [e for e in history.faults() if kills(e) or (disrupts(e) and restarted_by(e))]
     out: list[Restore] = []
-    for i, fault in enumerate(kills):
+    for i, fault in enumerate(killing):
         tk = fault["t"]
-        until = kills[i + 1]["t"] if i + 1 < len(kills) else None
+        until = killing[i + 1]["t"] if i + 1 < len(killing) else None
         steps_before = [e["step"] for e in history.job_events("step") if e["t"] < tk]
         damaged = {e.get("checkpoint"): e for e in history.faults() if e.get("fault") == "checkpoint" and e["t"] < tk}
         # what was on disk when the job restarted: a rank the fault did not stop (a peer of a paused or

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 
 from chaos.checks.base import CheckContext, Verdict, check, is_blackbox, require
 from chaos.history import History
-from chaos.kinds import LASTING_KINDS
+from chaos.kinds import names
 
 DEFAULT_MAX_SLOWDOWN = 50.0
-LASTING_FAULTS = LASTING_KINDS  # the kinds table's
 NO_LASTING_FAULT = "no lasting fault in this run, so no slowdown to measure"
 
 
@@ -49,7 +48,7 @@ def _step_gaps(history: History) -> list[tuple[float, float]]:
 def phases(history: History) -> list[Phase]:
     """Before the first lasting fault, during each one, and after the last heal."""
     end_t = history.events[-1]["t"] if history.events else 0.0
-    spans = [(float(f["t"]), healed, str(f.get("description"))) for f, healed in history.fault_spans(*LASTING_FAULTS)]
+    spans = [(float(f["t"]), healed, str(f.get("description"))) for f, healed in history.fault_spans(*names(heals=True))]
     gaps = _step_gaps(history)
     if not spans or is_blackbox(history):  # a black-box target's output lines do not time its steps
         return []

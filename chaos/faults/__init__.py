@@ -18,7 +18,7 @@ FAULT_DOCS = kinds.FAULT_DOCS  # one line per kind, from the kinds table
 
 def fault_class(name: str) -> type:
     """The class for a ``fault:`` name (network faults are imported on first use)."""
-    if name in kinds.NETWORK_KINDS:
+    if kinds.row(name).network:
         from chaos.faults.network import NETWORK_FAULT_CLASSES
 
         return NETWORK_FAULT_CLASSES[name]

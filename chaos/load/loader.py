@@ -14,15 +14,14 @@ import yaml
 from pydantic import ValidationError
 
 from chaos.errors import ScenarioError
-from chaos.kinds import KIND_NAMES
+from chaos.kinds import KIND_NAMES, row
 from chaos.load.schema import suggestion
 from chaos.plugins import check_plugin_errors, fault_names
-from chaos.scenario import ARG_PLACEHOLDERS, NETWORK_FAULTS, Scenario
+from chaos.scenario import ARG_PLACEHOLDERS, Scenario
 from chaos.scenario.blackbox import MISSING_HINTS
 from chaos.scenario.target_env import target_env_problems
 from chaos.scenario.validate_blackbox import blackbox_problems
 
-FAULT_NAMES = KIND_NAMES  # every built-in fault kind, from the kinds table
 BACKEND_NAMES = ("local", "netns", "docker")
 
 
@@ -117,7 +116,7 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
         loc: tuple[Any, ...] = ("schedule", i)
         fault = _dict(fault)
         fault_name = fault.get("fault")
-        if fault_name in NETWORK_FAULTS and kind == "local":
+        if row(fault_name).network and kind == "local":
             out.append(
                 f"{at(loc + ('fault',))}schedule[{i}].fault={fault_name!r} needs nodes with a network of their own, "
                 "which backend.kind='local' does not have; use backend: {kind: netns} (root) or {kind: docker}"
@@ -233,7 +232,7 @@ def _describe(err: Any, node: Any, data: Any) -> str:
     if kind == "union_tag_invalid":
         tag = err["ctx"]["discriminator"].strip("'")
         given = err["ctx"]["tag"]
-        known = FAULT_NAMES + fault_names() if tag == "fault" else BACKEND_NAMES
+        known = KIND_NAMES + fault_names() if tag == "fault" else BACKEND_NAMES
         sub = f"{field}.{tag}" if field else tag
         where = f"line {_line_of(node, clean + (tag,)) or line}: " if (line or _line_of(node, clean + (tag,))) else ""
         hint = difflib.get_close_matches(str(given), known, n=1)
@@ -242,7 +241,7 @@ def _describe(err: Any, node: Any, data: Any) -> str:
         return f"{where}{sub}={given!r} is not a known {what}; {use}use one of: {', '.join(known)}"
     if kind == "union_tag_not_found":
         tag = err["ctx"]["discriminator"].strip("'")
-        known = FAULT_NAMES + fault_names() if tag == "fault" else BACKEND_NAMES
+        known = KIND_NAMES + fault_names() if tag == "fault" else BACKEND_NAMES
         return f"{where}{field}.{tag} is missing; add `{tag}:` (one of: {', '.join(known)})"
     if kind == "fault_plugin":  # a chaos.faults plugin that failed to load (chaos.scenario.plugin_faults)
         return f"line {_line_of(node, clean + ('fault',))}: {field}.fault: {err['msg']}" if line else \
@@ -282,7 +281,7 @@ def _clean_loc(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
     out: list[Any] = []
     cur = data
     for part in loc:
-        if isinstance(cur, dict) and part not in cur and isinstance(part, str) and part in FAULT_NAMES + BACKEND_NAMES:
+        if isinstance(cur, dict) and part not in cur and isinstance(part, str) and part in KIND_NAMES + BACKEND_NAMES:
             continue
         out.append(part)
         if isinstance(cur, dict):

@@ -37,7 +37,7 @@ from typing import Any
 
 from chaos.backends.base import Backend
 from chaos.history import Event, RunnerLog
-from chaos.kinds import KILLING_KINDS
+from chaos.kinds import row
 from chaos.logtext import is_error
 from chaos.observe.files import Change, FileWatch, LoadTester, disk_settle_s, open_for_writing
 from chaos.observe.loadable import cross_check, load_test
@@ -50,7 +50,6 @@ from chaos.scenario.blackbox import BlackboxSpec, resolve_pattern
 SCAN_EVERY_S = 0.1  # how often the agents' children are listed
 ORPHANS_EVERY_S = 1.0  # how often the log directory is searched for workers that died unseen
 MAX_ERRORS = 20  # log_error events per worker
-KILLING = KILLING_KINDS
 
 
 def boot_time_error() -> float:
@@ -216,7 +215,7 @@ class Observer:
     def after_faults(self, fired: list[Event]) -> None:
         """Right after a fault that killed a process: test every checkpoint file as the fault left it."""
         for e in fired:
-            if e.get("kind") == "fault_inject" and e.get("fault") in KILLING:
+            if e.get("kind") == "fault_inject" and row(e.get("fault")).kills:
                 self.files.poll()
                 for path in self.files.present():
                     self._test(path, "fault", fault_id=e.get("fault_id"))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from chaos.errors import ChaosError
 from chaos.faults import Fault, FaultEnv, build_fault
@@ -129,21 +129,16 @@ class Nemesis:
         """Run every fault's and trigger's ``prepare`` hook (e.g. mount the disk filesystem over the
         checkpoint directory), before the job starts and before :meth:`arm`; returns the events recorded.
         Raises what a hook raises (the runner then tears down as on any failure)."""
-        out: list[Event] = []
-
-        def record(kind: str, **fields: Any) -> Event:
-            out.append(self._record(kind, **fields))
-            return out[-1]
-
-        for fault, matcher in zip(self.faults, self.matchers, strict=True):
-            fault.prepare(self.env, record)
-            if matcher is not None:
-                matcher.prepare(self.env, record)
-        return out
+        return self._hooks("prepare")
 
     def teardown(self) -> list[Event]:
         """Run every ``teardown`` hook once the job has ended (e.g. unmount the disk filesystem);
         idempotent; returns the events recorded."""
+        return self._hooks("teardown")
+
+    def _hooks(self, hook: Literal["prepare", "teardown"]) -> list[Event]:
+        """Call ``hook(env, record)`` of every fault, then of its trigger's matcher (if any), in schedule
+        order; returns the events they recorded through ``record``."""
         out: list[Event] = []
 
         def record(kind: str, **fields: Any) -> Event:
@@ -151,9 +146,9 @@ class Nemesis:
             return out[-1]
 
         for fault, matcher in zip(self.faults, self.matchers, strict=True):
-            fault.teardown(self.env, record)
+            getattr(fault, hook)(self.env, record)
             if matcher is not None:
-                matcher.teardown(self.env, record)
+                getattr(matcher, hook)(self.env, record)
         return out
 
     def arm(self) -> list[Event]:

@@ -1,22 +1,11 @@
 """The runner: one execution of a scenario, from launch to verdicts.
 
-Data flows one way: scenario → backend starts nodes → probe events and faults → history (journal)
-→ checks → verdicts. The runner heals first and last, on every exit path (pass, fail, deadline,
-SIGINT, SIGTERM), and a hard deadline turns a hung job into a failed verdict.
-
-Run directory layout (``<runs_dir>/<run_id>/``)::
-
-    scenario.yaml    the validated scenario as run
-    runner.jsonl     the runner's events (agents, faults, deadline, interrupts)
-    events/          one JSONL file per worker process, written by the probe
-    control/         gate go-files (step-accurate triggers)
-    checkpoints/     the target's {checkpoint_dir}
-    logs/            each torchrun agent's output
-    journal.jsonl    the merged history (what checks read; re-checkable later: ``chaos report``)
-    reference.json   the fault-free reference the checks compared with (if any)
-    result.json      verdicts and run status
-    timeline.png     each rank's steps over time with faults, restarts, checkpoints and verdicts
-    report.html      self-contained page: the timeline, the verdicts, the schedule
+It makes the run directory (:mod:`chaos.run.rundir`; the README's "Run directory" table lists every
+file), asks the scenario's checks what they need (:mod:`chaos.checks.needs`), starts the nodes
+through a backend, and loops: probe or black-box events go to the worker table, the nemesis (which
+fires and heals faults) and the checkpoint watcher. It heals first and last, on every exit path
+(pass, fail, deadline, hang, SIGINT, SIGTERM); a hard deadline turns a hung job into a failed
+verdict. Then :func:`chaos.verdicts.conclude.conclude` judges the merged history.
 """
 
 from __future__ import annotations
@@ -126,8 +115,9 @@ def preflight(scenario: Scenario) -> None:
 
 def reference_run(scenario: Scenario, runs_dir: Path, deadline_s: float | None = None) -> RunResult:
     """Run ``scenario`` (a reference scenario: no faults) with no reference of its own, for
-    :meth:`~chaos.run.reference.ReferenceCache.get_or_run`. Raises KeyboardInterrupt if it was interrupted."""
-    result = run_scenario(scenario, runs_dir, reference=False, deadline_s=deadline_s)
+    :meth:`~chaos.run.reference.ReferenceCache.get_or_run`; its caller preflighted the scenario it
+    derives from (same backend, more faults). Raises KeyboardInterrupt if it was interrupted."""
+    result = _Run(scenario, Path(runs_dir), None, deadline_s or scenario.deadline_s).execute(None, REFERENCE_DISABLED)
     if result.interrupted:
         raise KeyboardInterrupt
     return result

@@ -30,7 +30,7 @@ from chaos.scenario.faults import (
     PauseFault,
 )
 from chaos.scenario.model import Scenario
-from chaos.scenario.net_faults import NETWORK_FAULTS, BandwidthFault, DelayFault, LossFault, PartitionFault
+from chaos.scenario.net_faults import BandwidthFault, DelayFault, LossFault, PartitionFault
 from chaos.scenario.plugin_faults import FaultModel
 from chaos.scenario.target import ARG_PLACEHOLDERS, python_of, work_dir_of
 from chaos.scenario.trigger import Selector, Trigger
@@ -52,7 +52,6 @@ __all__ = [
     "KillFault",
     "LocalBackendSpec",
     "LossFault",
-    "NETWORK_FAULTS",
     "NetnsBackendSpec",
     "NodeCrashFault",
     "NodeRestartFault",

@@ -3,7 +3,7 @@ the ``local``, ``netns`` and ``docker`` kinds (:data:`BackendSpec`, discriminate
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -15,7 +15,27 @@ def is_elastic(nodes: int, min_nodes: int | None) -> bool:
     return min_nodes is not None and min_nodes < nodes
 
 
-class NodesSpec(_Model):
+class Topology:
+    """What follows from nodes × workers per node and ``min_nodes``: a mixin for the classes that have
+    those three attributes (:class:`NodesSpec`, :class:`chaos.strategies.shape.TargetShape`)."""
+
+    if TYPE_CHECKING:
+        nodes: int
+        nproc_per_node: int
+        min_nodes: int | None
+
+    @property
+    def world_size(self) -> int:
+        """Workers in all: ``nodes * nproc_per_node``."""
+        return self.nodes * self.nproc_per_node
+
+    @property
+    def elastic(self) -> bool:
+        """An elastic job (see :func:`is_elastic`)."""
+        return is_elastic(self.nodes, self.min_nodes)
+
+
+class NodesSpec(Topology, _Model):
     """What every backend shares: nodes × workers per node, torchrun's restart and rendezvous settings."""
 
     nodes: int = Field(default=1, ge=1, le=16, description="torchrun agents (nodes).")
@@ -39,14 +59,6 @@ class NodesSpec(_Model):
         "can hang connecting to a dead rank's old port (pytorch/pytorch#135712).",
     )
     monitor_interval_s: float = Field(default=0.1, gt=0, description="torchrun --monitor-interval, seconds.")
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.nproc_per_node
-
-    @property
-    def elastic(self) -> bool:
-        return is_elastic(self.nodes, self.min_nodes)
 
     def rdzv_settings(self) -> dict[str, int | float]:
         """The --rdzv-conf actually passed: the elastic defaults under the user's settings."""

@@ -8,7 +8,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from chaos.kinds import IN_PROCESS_KINDS
 from chaos.scenario.base import _Model
 from chaos.scenario.net_faults import BandwidthFault, DelayFault, LossFault, PartitionFault
 from chaos.scenario.trigger import Selector, Trigger, _Healable
@@ -176,8 +175,6 @@ class CheckpointFault(_Model):
         what = {"corrupt": "corrupt", "truncate": "truncate", "delete-metadata": "delete the metadata of"}[self.mode]
         return f"{what} the newest checkpoint {self.trigger.describe()}"
 
-
-IN_PROCESS_FAULTS = IN_PROCESS_KINDS  # the kinds table's in-process kinds
 
 FaultSpec = Annotated[
     KillFault | GradientFault | ParameterFault | PauseFault | NodeCrashFault | NodeRestartFault | DelayFault

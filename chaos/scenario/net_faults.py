@@ -7,10 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from chaos.kinds import NETWORK_KINDS
 from chaos.scenario.trigger import _Healable
-
-NETWORK_FAULTS = NETWORK_KINDS  # the kinds table's network kinds
 
 
 class _NodeNetwork(_Healable):

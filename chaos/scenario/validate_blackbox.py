@@ -10,12 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from chaos.kinds import IN_PROCESS_KINDS
+from chaos.kinds import row
 from chaos.scenario.blackbox import resolve_pattern
 from chaos.scenario.command import CommandError, conflicts, parse_command
 
 At = Callable[[tuple[Any, ...]], str]
-PROBE_FAULTS = IN_PROCESS_KINDS  # carried out by the probe, which a black-box target does not import
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -94,7 +93,7 @@ def blackbox_problems(data: dict[str, Any], base_dir: Path, at: At) -> list[str]
             out.append(f"{at(loc + ('trigger', 'at_step'))}schedule[{i}].trigger.at_step needs the probe, which a "
                        "black-box target does not import; use at_time_s, on_log (a line it prints) or on_checkpoint "
                        "(a file it writes)")
-        if name in PROBE_FAULTS:
+        if row(name).in_process:  # carried out by the probe, which a black-box target does not import
             out.append(f"{at(loc + ('fault',))}schedule[{i}].fault={name!r} is carried out by the probe inside the "
                        "target, which a black-box target does not import; use kill, pause, node-crash, a network, "
                        "disk or checkpoint fault, or instrument the target (`from chaos import probe`)")

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from chaos.errors import StrategyError
-from chaos.kinds import IN_PROCESS_KINDS, KILLING_KINDS
+from chaos.kinds import row
 from chaos.scenario import Scenario
 from chaos.strategies.families import KINDS, resolve
 from chaos.strategies.shape import TargetShape
@@ -58,7 +58,7 @@ def gate_key(spec: Any) -> tuple[Any, ...]:
     """Where a fault fires: two step-triggered faults may not share an (event, step), since the probe
     holds one gate per point (in-process faults are keyed by step and rank)."""
     trig = spec.trigger
-    if spec.fault in IN_PROCESS_KINDS:
+    if row(spec.fault).in_process:
         return ("sdc", trig.at_step, spec.select.rank)
     if trig.at_step is not None:
         return ("gate", trig.on_event, trig.at_step)
@@ -70,7 +70,7 @@ def restarts_needed(faults: Sequence[Any], shape: TargetShape) -> int:
     pause longer than the collective timeout (when it is known)."""
     timeout = shape.collective_timeout_s
     long_pauses = [s for s in faults if s.fault == "pause" and timeout and (s.duration_s or 0) > timeout]
-    return sum(1 for s in faults if s.fault in KILLING_KINDS) + len(long_pauses)
+    return sum(1 for s in faults if row(s.fault).kills) + len(long_pauses)
 
 
 def schedules(target: Scenario | TargetShape | str | Path, max_faults: int = 3,

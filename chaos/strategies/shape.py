@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from chaos.scenario import Scenario, is_elastic
+from chaos.scenario import Scenario
+from chaos.scenario.backend import Topology
 
 # Save-related gate events, simplest (the earliest moment of a save) first.
 SAVE_EVENTS = ("checkpoint_save_begin", "checkpoint_write", "checkpoint_commit", "checkpoint_saved")
@@ -33,7 +34,7 @@ class GatePoint:
 
 
 @dataclass(frozen=True)
-class TargetShape:
+class TargetShape(Topology):
     """The facts about a target and backend that bound what schedules make sense.
 
     ``steps``: the job's last step; ``checkpoint_every``: steps between saves (None: no checkpoints);
@@ -55,14 +56,6 @@ class TargetShape:
     collective_timeout_s: float | None = None
     save_points: tuple[GatePoint, ...] = field(default=())
     probe: bool = True
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.nproc_per_node
-
-    @property
-    def elastic(self) -> bool:
-        return is_elastic(self.nodes, self.min_nodes)
 
     @property
     def has_network(self) -> bool:

@@ -71,7 +71,7 @@ def test_list_names_scenarios_faults_and_checks(tmp_path: Path) -> None:
     out = chaos("list", "--json", runs_dir=tmp_path)
     data = json.loads(out.stdout)
     assert {"kill-worker", "kill-during-save"} <= {s["name"] for s in data["scenarios"]}
-    from chaos.load.loader import FAULT_NAMES
+    from chaos.kinds import KIND_NAMES as FAULT_NAMES
 
     assert sorted(f["name"] for f in data["faults"]) == sorted(FAULT_NAMES)  # every fault a scenario may name
     assert "restored_from_checkpoint" in {c["name"] for c in data["checks"]}

@@ -36,12 +36,12 @@ def test_every_kind_has_an_implementation_on_the_fault_contract(name):
 
 def test_docs_listing_and_derived_tuples_come_from_the_table():
     assert {k.name: k.doc for k in kinds.KINDS} == FAULT_DOCS and all(FAULT_DOCS.values())
-    assert kinds.NETWORK_KINDS == ("delay", "loss", "bandwidth", "partition")
-    assert kinds.IN_PROCESS_KINDS == ("gradient", "parameter")
-    assert kinds.KILLING_KINDS == ("kill", "node-crash")
-    assert set(kinds.DISRUPTING_KINDS) == {"pause", "partition", "delay", "loss", "bandwidth", "disk"}
-    assert set(kinds.CUTTING_KINDS) == {"pause", "partition", "loss", "delay", "bandwidth"}
-    assert not set(kinds.KILLING_KINDS) & set(kinds.DISRUPTING_KINDS)
+    assert kinds.names(network=True) == ("delay", "loss", "bandwidth", "partition")
+    assert kinds.names(in_process=True) == ("gradient", "parameter")
+    assert kinds.names(kills=True) == ("kill", "node-crash")
+    assert set(kinds.names(disrupts=True)) == {"pause", "partition", "delay", "loss", "bandwidth", "disk"}
+    assert set(kinds.names(cuts=True)) == {"pause", "partition", "loss", "delay", "bandwidth"}
+    assert not set(kinds.names(kills=True)) & set(kinds.names(disrupts=True))
 
 
 def test_names_selects_by_traits_and_rejects_unknown_ones():
@@ -61,7 +61,7 @@ def test_explore_draws_the_table_s_kinds_in_its_order_and_families_group_them():
                            "node-crash", "gradient", "parameter"]
     assert "node-restart" not in KINDS  # brought about by node-crash's restart_after_s, never drawn alone
     assert list(FAMILIES)[:7] == ["kill", "pause", "checkpoint", "disk", "network", "node", "sdc"]
-    assert FAMILIES["network"] == kinds.NETWORK_KINDS and FAMILIES["sdc"] == kinds.IN_PROCESS_KINDS
+    assert FAMILIES["network"] == kinds.names(network=True) and FAMILIES["sdc"] == kinds.names(in_process=True)
     for name in KINDS:
         assert FAMILIES[name] == (name,)
 
@@ -73,7 +73,38 @@ def test_unsupported_reads_the_traits():
                             save_points=[], probe=False)
     why = {k: unsupported(k, shape) for k in KINDS}  # type: ignore[arg-type]
     assert why["kill"] is None and why["pause"] is None
-    assert all("own network" in str(why[k]) for k in kinds.NETWORK_KINDS)
+    assert all("own network" in str(why[k]) for k in kinds.names(network=True))
     assert "elastic" in str(why["node-crash"])
     assert "checkpoint_every" in str(why["disk"]) and "checkpoint_every" in str(why["checkpoint"])
     assert "probe" in str(why["gradient"]) and "probe" in str(why["parameter"])
+
+
+@pytest.fixture
+def plugin_rows():
+    """Rows added by the test are dropped afterwards."""
+    kinds.forget_plugin_kinds()
+    yield
+    kinds.forget_plugin_kinds()
+
+
+def test_a_plugin_row_is_read_by_name_and_by_traits(plugin_rows):
+    zap = kinds.Kind("zap", "ends a rank", kills=True, node_level=True)
+    assert kinds.row("zap") == kinds.Kind("zap", "") and not kinds.row("zap").kills  # not added: no traits
+    with pytest.raises(KeyError):
+        kinds.kind("zap")
+    kinds.add_plugin_kind(zap)
+    assert kinds.kind("zap") is zap and kinds.row("zap") is zap
+    assert kinds.names(kills=True) == ("kill", "node-crash", "zap")  # built-in first, then the plugins'
+    assert kinds.names(kills=True, node_level=True) == ("node-crash", "zap")
+    assert kinds.rows()[-1] is zap and kinds.rows()[:-1] == kinds.KINDS
+    assert "zap" not in kinds.KIND_NAMES and "zap" not in kinds.explore_kinds()  # built-in only
+    kinds.forget_plugin_kinds()
+    assert not kinds.row("zap").kills and kinds.names(kills=True) == ("kill", "node-crash")
+
+
+def test_row_never_raises_and_a_plugin_cannot_replace_a_built_in_row(plugin_rows):
+    assert kinds.row("kill") is kinds.kind("kill")
+    assert not kinds.row(None).kills and not kinds.row(3).disrupts  # an event with no (or an odd) fault field
+    with pytest.raises(ValueError, match="'kill' is built in"):
+        kinds.add_plugin_kind(kinds.Kind("kill", "mine"))
+    assert kinds.kind("kill").kills

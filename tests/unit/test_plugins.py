@@ -93,7 +93,7 @@ def test_a_plugin_specs_field_errors_are_reported_like_a_builtin_ones(
 
 def test_an_unknown_fault_gives_the_builtin_error_and_lists_installed_plugins(
         entry_points: dict[str, list[md.EntryPoint]]) -> None:
-    from chaos.load.loader import FAULT_NAMES
+    from chaos.kinds import KIND_NAMES as FAULT_NAMES
 
     known = ", ".join(FAULT_NAMES)  # the built-in kinds
     bad = {"fault": "kil", "select": {"rank": 1}, "trigger": {"at_step": 3}}
@@ -132,6 +132,9 @@ def test_a_fault_plugin_that_fails_to_import_is_named_with_its_entry_point(
      "class fault: pass\n", "its spec spec must subclass chaos.scenario.base._Model, as the built-in specs do"),
     ("from chaos_marker_plugin.fault import PLUGIN as P\nspec, fault, kind = P.spec, P.fault, 'network'\n",
      "its `kind` must be a chaos.kinds.Kind, not str"),
+    ("from chaos.kinds import Kind\nfrom chaos_marker_plugin.fault import PLUGIN as P\n"
+     "spec, fault, kind = P.spec, P.fault, Kind('zap', 'kills', kills=True)\n",
+     "its `kind` is named 'zap'; name it 'marker' (the entry point's name)"),
 ])
 def test_what_a_fault_plugin_names_is_checked(entry_points: dict[str, list[md.EntryPoint]], tmp_path: Path,
                                               source: str, problem: str) -> None:
@@ -229,3 +232,53 @@ def test_chaos_schema_and_set_know_an_installed_plugins_fields(entry_points: dic
     assert {"$ref": "#/$defs/MarkerFault"} in items["oneOf"]
     assert field_problem(["schedule", "0", "bytes"]) is None
     assert "## MarkerFault\n\nAt `schedule[]`." in markdown()
+
+
+KILLING_MARKER = """
+from dataclasses import replace
+from chaos.kinds import Kind
+from chaos_marker_plugin.fault import PLUGIN as BASE
+PLUGIN = replace(BASE, kind=Kind("marker", "a marker that ends the processes it hits", kills=True, heals=True))
+"""
+
+
+def _killed_and_restarted(fault: str) -> Any:
+    """A history: rank 0's process 1 steps, a ``fault`` fires at t=5, process 2 of rank 0 starts and steps."""
+    from chaos.history import History
+
+    return History([{"kind": "start", "t": 1.0, "rank": 0, "pid": 1}, {"kind": "step", "t": 2.0, "rank": 0, "pid": 1,
+                     "step": 1}, {"kind": "fault_inject", "t": 5.0, "fault": fault, "fault_id": "f0"},
+                    {"kind": "exit", "t": 5.1, "rank": 0, "pid": 1}, {"kind": "start", "t": 6.0, "rank": 0, "pid": 2},
+                    {"kind": "step", "t": 7.0, "rank": 0, "pid": 2, "step": 2}])
+
+
+def test_a_plugin_kind_that_kills_is_judged_by_the_restore_checks(
+        entry_points: dict[str, list[md.EntryPoint]], tmp_path: Path) -> None:
+    from chaos import kinds
+    from chaos.checks.restores import kills, restores
+
+    module(tmp_path, "h5p_killing", KILLING_MARKER)
+    entry_points[plugins.FAULT_GROUP].append(ep("marker", "h5p_killing:PLUGIN"))
+    history = _killed_and_restarted("marker")
+    assert not kills(history.faults()[0]) and restores(history) == []  # not loaded yet: no row, kills nothing
+    scenario_from_dict(scenario(MARKER))  # validating the scenario loads the plugin, which adds its row
+    assert kinds.kind("marker").kills and kills(history.faults()[0])
+    assert [r.fault["fault_id"] for r in restores(history)] == ["f0"]
+    assert [r.ranks[0].start["pid"] for r in restores(history)] == [2]
+    assert "marker" in kinds.names(heals=True)  # the slowdown checks' lasting faults
+    plugins.reset()
+    assert restores(history) == [] and "marker" not in kinds.names(heals=True)
+
+
+def test_a_plugin_fault_without_a_kind_kills_nothing(entry_points: dict[str, list[md.EntryPoint]]) -> None:
+    from chaos import kinds
+    from chaos.checks.restores import kills, restores
+
+    entry_points[plugins.FAULT_GROUP].append(ep("marker", "chaos_marker_plugin.fault:PLUGIN"))
+    scenario_from_dict(scenario(MARKER))
+    row = kinds.kind("marker")  # the default row: named after it, its doc, no traits
+    assert (row.name, row.doc, row.kills, row.disrupts, row.cuts, row.heals) == (
+        "marker", "write a marker file into the checkpoint directory", False, False, False, False)
+    history = _killed_and_restarted("marker")
+    assert not kills(history.faults()[0]) and restores(history) == []
+    assert [r.fault["fault_id"] for r in restores(_killed_and_restarted("kill"))] == ["f0"]  # the built-in one does

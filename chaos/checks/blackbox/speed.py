@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from chaos.checks.base import CheckContext, Verdict, require
 from chaos.checks.blackbox.view import printing_ranks, progress, unit, variant
-from chaos.checks.speed import DEFAULT_MAX_SLOWDOWN, LASTING_FAULTS, NO_LASTING_FAULT
+from chaos.checks.speed import DEFAULT_MAX_SLOWDOWN, NO_LASTING_FAULT
 from chaos.history import History
+from chaos.kinds import names
 
 MIN_BEFORE = 2  # gaps before the first fault needed for a baseline
 
@@ -66,7 +67,7 @@ def gaps(history: History) -> list[Gap]:
 def phases(history: History) -> list[Phase]:
     """Before the first lasting fault, during each, after the last heal ([] without a lasting fault)."""
     spans = [(float(f.get("t_inject") or f["t"]), healed, str(f.get("description")))
-             for f, healed in history.fault_spans(*LASTING_FAULTS)]
+             for f, healed in history.fault_spans(*names(heals=True))]
     if not spans:
         return []
     found = gaps(history)
