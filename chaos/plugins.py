@@ -7,8 +7,9 @@ Two entry-point groups:
     The entry point's *name* is the ``fault:`` name a scenario uses; its object gives ``spec`` (a pydantic
     model with ``fault: Literal["<name>"]``, subclassing :class:`chaos.scenario.FaultModel` like the
     built-in specs, with a ``trigger`` field and ``describe()``) and ``fault`` (the implementation: a class
-    built as ``fault(spec, fault_id)`` that keeps the :class:`chaos.faults.base.SpecFault` contract:
-    ``instant``, ``preflight``/``ranks``/``ready``/``inject``/``heal``/``describe``). A
+    built as ``fault(spec, fault_id)``, a subclass of :class:`chaos.faults.base.SpecFault`, whose traits
+    and hooks the nemesis reads; it overrides ``ready``/``inject`` and where it has them
+    ``preflight``/``ranks``/``heal``/``instant``). A
     :class:`FaultPlugin` is the simplest such object; any object (a module, a class) with those
     attributes does too. ``doc`` (one line) and ``kind`` (its :class:`chaos.kinds.Kind` row, named as
     the entry point) are optional; once the plugin is loaded its row is in the kinds table, so a plugin

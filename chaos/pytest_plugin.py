@@ -102,7 +102,7 @@ ChaosRun = Callable[..., RunResult]
 
 @pytest.fixture
 def chaos_run(request: pytest.FixtureRequest) -> ChaosRun:
-    """Run a scenario and return its :class:`~chaos.run.runner.RunResult`.
+    """Run a scenario and return its :class:`~chaos.verdicts.result.RunResult`.
 
     ``chaos_run(scenario, overrides=None, extra_args=(), deadline_s=None)`` where ``scenario`` is a
     path to a YAML file (a relative path is looked up in the working directory, then in pytest's

@@ -53,8 +53,10 @@ def fault_token(run_id: str) -> str:
 
 
 def tokens(run_id: str) -> set[str]:
-    """Every token a run's parsed names (:data:`PATTERNS`) can carry: :func:`run_token` (namespaces,
-    links, the FORWARD chain) and :func:`fault_token` (fault chains)."""
+    """The tokens by which cleanup tells a run's host resources apart: :func:`run_token` (namespaces,
+    links, the FORWARD chain) and :func:`fault_token` (fault chains). Containers and networks are told
+    apart by their labels instead (their :func:`short_id` parses back with :func:`token_of` only to
+    find the node)."""
     return {run_token(run_id), fault_token(run_id)}
 
 

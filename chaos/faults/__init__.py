@@ -4,7 +4,7 @@ faults are imported on first use); the kinds and their traits are the table in :
 from __future__ import annotations
 
 from chaos import kinds
-from chaos.faults.base import Fault, FaultEnv
+from chaos.faults.base import Fault, FaultEnv, SpecFault
 from chaos.faults.checkpoint import CheckpointDamage
 from chaos.faults.process import Kill, NodeCrash, NodeRestart, Pause
 from chaos.faults.sdc import InProcess
@@ -17,8 +17,9 @@ FAULT_DOCS = kinds.FAULT_DOCS  # one line per kind, from the kinds table
 
 
 def fault_class(name: str) -> type:
-    """The class for a ``fault:`` name (network faults are imported on first use)."""
-    if kinds.row(name).network:
+    """The class for a ``fault:`` name (network faults are imported on first use). Raises
+    :class:`~chaos.plugins.PluginError` for a plugin fault whose class is not a :class:`SpecFault`."""
+    if name in kinds.BY_NAME and kinds.kind(name).network:
         from chaos.faults.network import NETWORK_FAULT_CLASSES
 
         return NETWORK_FAULT_CLASSES[name]
@@ -27,10 +28,14 @@ def fault_class(name: str) -> type:
 
         return Disk
     if name not in FAULTS:  # a third-party fault (entry point group chaos.faults); loaded when validated
-        from chaos.plugins import fault_plugin
+        from chaos.plugins import FAULT_GROUP, PluginError, fault_plugin
 
         plugin = fault_plugin(name)
         if plugin is not None:
+            if not issubclass(plugin.fault, SpecFault):
+                raise PluginError(FAULT_GROUP, name, f"fault plugin {name!r}: its fault class "
+                                  f"{plugin.fault.__qualname__} must subclass chaos.faults.base.SpecFault (the "
+                                  "contract the nemesis reads: traits, inject, heal, prepare/teardown)")
             return plugin.fault
     return FAULTS[name]
 

@@ -125,24 +125,28 @@ class Nemesis:
     def _record(self, kind: str, **fields: Any) -> Event:
         return self.log.record(kind, **fields)
 
-    def prepare(self) -> list[Event]:
+    def prepare(self, notify: Callable[[list[Event]], None] | None = None) -> list[Event]:
         """Run every fault's and trigger's ``prepare`` hook (e.g. mount the disk filesystem over the
-        checkpoint directory), before the job starts and before :meth:`arm`; returns the events recorded.
-        Raises what a hook raises (the runner then tears down as on any failure)."""
-        return self._hooks("prepare")
+        checkpoint directory), before the job starts and before :meth:`arm`; returns the events recorded,
+        each also passed to ``notify`` as it is recorded (so a display sees ``disk_mount`` even when the
+        mount then fails). Raises what a hook raises (the runner then tears down as on any failure)."""
+        return self._hooks("prepare", notify)
 
-    def teardown(self) -> list[Event]:
+    def teardown(self, notify: Callable[[list[Event]], None] | None = None) -> list[Event]:
         """Run every ``teardown`` hook once the job has ended (e.g. unmount the disk filesystem);
-        idempotent; returns the events recorded."""
-        return self._hooks("teardown")
+        idempotent; returns the events recorded (and passes each to ``notify`` as :meth:`prepare` does)."""
+        return self._hooks("teardown", notify)
 
-    def _hooks(self, hook: Literal["prepare", "teardown"]) -> list[Event]:
+    def _hooks(self, hook: Literal["prepare", "teardown"],
+               notify: Callable[[list[Event]], None] | None) -> list[Event]:
         """Call ``hook(env, record)`` of every fault, then of its trigger's matcher (if any), in schedule
         order; returns the events they recorded through ``record``."""
         out: list[Event] = []
 
         def record(kind: str, **fields: Any) -> Event:
             out.append(self._record(kind, **fields))
+            if notify is not None:
+                notify([out[-1]])
             return out[-1]
 
         for fault, matcher in zip(self.faults, self.matchers, strict=True):

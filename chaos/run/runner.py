@@ -230,7 +230,7 @@ class _Run:
     def _prepare_faults(self) -> None:
         """What the faults and triggers need before any node starts (their ``prepare`` hooks, e.g. the
         disk filesystem over the checkpoint directory, so containers see it through their bind mount)."""
-        self._notify(self.nemesis.prepare())
+        self.nemesis.prepare(self._notify)
         if self.watcher is not None and self.env.disk is not None:
             self.watcher.backing = self.env.disk.backing  # the watcher reads past the faulty filesystem
 
@@ -238,7 +238,7 @@ class _Run:
         """Undo the ``prepare`` hooks (e.g. unmount the disk filesystem), once the job has ended."""
         if self.watcher is not None:
             self.watcher.backing = None
-        self._notify(self.nemesis.teardown())
+        self.nemesis.teardown(self._notify)
 
     def _hung(self) -> list[dict[str, Any]]:
         """Live workers silent for longer than the checks' silence bound (a paused one excepted while paused)."""

@@ -145,3 +145,11 @@ def test_require_passes_anything_but_none_or_empty() -> None:
     for nothing in nothings:
         with pytest.raises(Unknown, match="^why$"):
             require(nothing, "why")
+
+
+def test_checks_are_registered_in_the_order_chaos_list_shows() -> None:
+    from chaos.checks import CHECKS
+
+    names = list(CHECKS)
+    assert names[:2] == ["completes", "faults_fired"]
+    assert names.index("checkpoint_loadable") < names.index("restored_from_checkpoint")

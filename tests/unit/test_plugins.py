@@ -282,3 +282,43 @@ def test_a_plugin_fault_without_a_kind_kills_nothing(entry_points: dict[str, lis
     history = _killed_and_restarted("marker")
     assert not kills(history.faults()[0]) and restores(history) == []
     assert [r.fault["fault_id"] for r in restores(_killed_and_restarted("kill"))] == ["f0"]  # the built-in one does
+
+
+def test_a_fault_class_that_is_not_a_specfault_is_a_named_plugin_error(
+        entry_points: dict[str, list[md.EntryPoint]], tmp_path: Path) -> None:
+    from chaos.faults import build_fault
+
+    module(tmp_path, "h5p_bare", """
+        from chaos_marker_plugin.fault import MarkerFault
+        from chaos.plugins import FaultPlugin
+
+        class Bare:  # has the old duck-typed surface, not the SpecFault contract
+            instant = True
+            def __init__(self, spec, fault_id): self.spec, self.id = spec, fault_id
+            def ready(self, env): return True
+            def inject(self, env): return {}
+            def describe(self): return "bare"
+
+        PLUGIN = FaultPlugin(spec=MarkerFault, fault=Bare)
+    """)
+    entry_points[plugins.FAULT_GROUP].append(ep("marker", "h5p_bare:PLUGIN"))
+    s = scenario_from_dict(scenario(MARKER))
+    with pytest.raises(plugins.PluginError, match=r"fault plugin 'marker': its fault class Bare must subclass "
+                                                  r"chaos\.faults\.base\.SpecFault"):
+        build_fault(s.schedule[0], 0)
+
+
+def test_a_plugin_row_with_network_true_is_not_taken_for_a_builtin_network_fault(
+        entry_points: dict[str, list[md.EntryPoint]], tmp_path: Path) -> None:
+    from chaos.faults import fault_class
+
+    module(tmp_path, "h5p_net", """
+        from chaos_marker_plugin.fault import Marker, MarkerFault
+        from chaos.kinds import Kind
+        from chaos.plugins import FaultPlugin
+
+        PLUGIN = FaultPlugin(spec=MarkerFault, fault=Marker, kind=Kind("marker", "a network-ish marker", network=True))
+    """)
+    entry_points[plugins.FAULT_GROUP].append(ep("marker", "h5p_net:PLUGIN"))
+    scenario_from_dict(scenario(MARKER))  # loads the plugin and its row
+    assert fault_class("marker").__name__ == "Marker"
