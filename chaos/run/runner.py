@@ -68,6 +68,7 @@ def run_scenario(
     observer: Observer | None = None,
     deadline_s: float | None = None,
     report: bool = True,
+    preflighted: bool = False,
 ) -> RunResult:
     """Run ``scenario`` once and judge it.
 
@@ -75,14 +76,17 @@ def run_scenario(
     needs one. ``observer`` is called with every probe and runner event as it happens (progress
     display). ``deadline_s`` overrides the scenario's. ``report=False`` skips drawing
     ``timeline.png`` and ``report.html`` (~0.6 s; ``chaos report RUN_DIR`` draws them later), for
-    callers that run many schedules and keep few. Never leaves a process of the run behind.
+    callers that run many schedules and keep few. ``preflighted``: the caller has run
+    :func:`preflight` on this scenario already (``chaos run``, which checks the machine before it prints
+    anything), so it is not run again. Never leaves a process of the run behind.
     Raises :class:`~chaos.errors.ChaosError` only for problems found before anything starts
     (:class:`~chaos.errors.ScenarioError` for a ``deadline_s`` that is not a positive number).
     """
     if deadline_s is not None and not (math.isfinite(deadline_s) and deadline_s > 0):
         raise ScenarioError([f"deadline_s={deadline_s!r}: must be a positive number of seconds"])
     runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
-    preflight(scenario)
+    if not preflighted:
+        preflight(scenario)
     ref: Reference | None = None
     note = "no reference needed"
     if reference and scenario.blackbox is not None:

@@ -5,12 +5,10 @@ machine check (preflight) to the runner."""
 from __future__ import annotations
 
 import copy
-import io
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
 from chaos.errors import CapabilityError, ScenarioError
 from chaos.load import derive
@@ -128,55 +126,26 @@ def test_to_data_keeps_the_default_checks_where_they_load() -> None:
     assert "checks" in s.to_data() and scenario_from_dict(s.to_data()).checks == s.checks
 
 
-def test_chaos_run_leaves_preflight_to_the_runner_and_prints_nothing_before_it(
+def test_chaos_run_preflights_once_and_prints_nothing_before_it(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import chaos.run.runner as runner
     from chaos.cli import main
 
-    calls: list[str] = []
-    monkeypatch.setattr(runner, "preflight", lambda s: calls.append("preflight"))
+    calls: list[Any] = []
 
-    def run_scenario(scenario: Any, *args: Any, **kwargs: Any) -> Any:
-        calls.append("run_scenario")
+    def preflight(scenario: Any) -> None:
+        calls.append("preflight")
         raise CapabilityError("netns", "backend netns needs root; run as root")
 
-    monkeypatch.setattr(runner, "run_scenario", run_scenario)
+    monkeypatch.setattr(runner, "preflight", preflight)
+    monkeypatch.setattr(runner, "run_scenario", lambda *a, **kw: calls.append(("run_scenario", kw)))
     assert main(["run", str(KILL)]) == 2
     out = capsys.readouterr()
-    assert calls == ["run_scenario"]  # the CLI did not preflight itself
+    assert calls == ["preflight"]  # checked once, and nothing ran
     assert out.out == "" and "backend netns needs root" in out.err
 
-
-def test_the_header_is_printed_at_the_first_event_then_the_display_starts() -> None:
-    from chaos.cli_run import OnFirstEvent
-
-    buf = io.StringIO()
-    seen: list[str] = []
-
-    class Display:
-        def __enter__(self) -> Display:
-            seen.append("enter")
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            seen.append("exit")
-
-        def __call__(self, event: Any) -> None:
-            seen.append(f"{event['kind']} after {buf.getvalue().strip()!r}")
-
-    announce = OnFirstEvent(Console(file=buf, soft_wrap=True), ["header"])
-    with announce.live(Display()) as observe:
-        assert buf.getvalue() == ""
-        observe({"kind": "run_start"})
-        observe({"kind": "step"})
-    announce.flush()
-    assert seen == ["enter", "run_start after 'header'", "step after 'header'", "exit"]
-    assert buf.getvalue() == "header\n"
-
-    quiet = OnFirstEvent(Console(file=buf, soft_wrap=True), ["only once"])
-    with quiet.live(Display()):
-        pass  # no event: the display never started
-    assert seen[-1] == "exit" and len(seen) == 4
-    quiet.flush()
-    quiet.flush()
-    assert buf.getvalue() == "header\nonly once\n"
+    calls.clear()
+    monkeypatch.setattr(runner, "preflight", lambda s: calls.append("preflight"))
+    with pytest.raises(AttributeError):  # the stub returns no RunResult; what matters is how it was called
+        main(["run", str(KILL), "--json"])
+    assert calls[0] == "preflight" and calls[1][0] == "run_scenario" and calls[1][1]["preflighted"] is True
