@@ -314,8 +314,11 @@ def test_cleanup_removes_what_a_dead_runner_left(tmp_path: Path) -> None:
     Manifest(tmp_path / run_id).add("network", name=network_name(run_id))
     net = client.networks.create(network_name(run_id), driver="bridge",
                                  labels={LABEL: "1", "chaos.run": run_id, "chaos.runner_pid": str(gone.pid)})
-    removed = chaos_cleanup_docker(run_id, tmp_path)
-    assert net.name in removed["networks"] and docker_leftovers(run_id) == []
+    try:
+        removed = chaos_cleanup_docker(run_id, tmp_path)
+        assert net.name in removed["networks"] and docker_leftovers(run_id) == []
+    finally:  # labelled with the dead runner's pid, the autouse sweep of this test's own would miss it
+        remove_runner_leftovers(gone.pid)
 
 
 @needs_docker
