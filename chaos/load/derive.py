@@ -2,7 +2,7 @@
 
 What the pytest fixture's ``overrides``/``extra_args``/``schedule``, ``chaos run --set`` /
 ``--deadline-s`` and ``chaos explore --target-args`` do, in one place. A top-level field no other rule
-reads (:data:`ONE_FIELD`) is set alone (:func:`set_field`); anything else re-validates the scenario's
+reads (:data:`ONE_FIELD`) is set alone, validated by itself; anything else re-validates the scenario's
 data as a file's.
 """
 
@@ -59,18 +59,9 @@ def derive_scenario(scenario: str | Path | Scenario | dict[str, Any], overrides:
     return scenario_from_dict(data, source=source)
 
 
-def set_field(scenario: Scenario, key: str, value: Any) -> Scenario:
-    """A copy of ``scenario`` with the top-level field ``key`` (one of :data:`ONE_FIELD`) set to ``value``,
-    validated alone (the field, and for ``deadline_s`` the triggers' ``at_time_s`` before it) instead of
-    the whole scenario again; other keys go through :func:`derive_scenario`'s full validation. Raises
-    :class:`~chaos.errors.ScenarioError` with the problems a scenario file with that value would have."""
-    if key not in ONE_FIELD:
-        return derive_scenario(scenario, overrides={key: value})
-    return _set(scenario, {key: value}, validate=True)
-
-
 def _set(scenario: Scenario, values: dict[str, Any], validate: bool) -> Scenario:
-    """:func:`set_field` for each of ``values`` (fields of :data:`ONE_FIELD`), every problem reported at
+    """``scenario`` with each of ``values`` (fields of :data:`ONE_FIELD`) set, validated alone (the field,
+    and for ``deadline_s`` the triggers' ``at_time_s`` before it), every problem reported at
     once; ``validate=False`` for values already checked to be valid for their fields."""
     from pydantic import ValidationError
 

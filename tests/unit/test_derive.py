@@ -12,7 +12,7 @@ import pytest
 
 from chaos.errors import CapabilityError, ScenarioError
 from chaos.load import derive
-from chaos.load.derive import derive_scenario, override_deadline, set_field
+from chaos.load.derive import derive_scenario, override_deadline
 from chaos.load.loader import load_scenario, scenario_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def test_a_bad_value_has_the_problems_of_a_file_with_it(key: str, value: Any) ->
     expected = _full(base, key, value)
     assert expected, "the value should be invalid"
     with pytest.raises(ScenarioError) as info:
-        set_field(base, key, value)
+        derive_scenario(base, overrides={key: value})
     assert info.value.problems == expected
     assert info.value.source == str(base.source)
 
@@ -83,16 +83,16 @@ def test_a_deadline_before_a_timed_trigger_is_the_files_problem() -> None:
     base = scenario_from_dict(_timed(20))
     for value in (10, 20, -1):
         with pytest.raises(ScenarioError) as info:
-            set_field(base, "deadline_s", value)
+            derive_scenario(base, overrides={"deadline_s": value})
         assert info.value.problems == _full(base, "deadline_s", value)
         assert any("at_time_s=20 must be less than deadline_s" in p for p in info.value.problems)
-    assert set_field(base, "deadline_s", 21).deadline_s == 21
+    assert derive_scenario(base, overrides={"deadline_s": 21}).deadline_s == 21
 
 
 def test_other_fields_still_go_through_the_whole_validation() -> None:
     base = load_scenario(KILL)
     with pytest.raises(ScenarioError, match="must be at most target.steps"):
-        set_field(base, "target", {**base.to_data()["target"], "steps": 5})
+        derive_scenario(base, overrides={"target": {**base.to_data()["target"], "steps": 5}})
 
 
 @pytest.mark.parametrize("value", [-5.0, 0.0, float("nan"), float("inf")])
