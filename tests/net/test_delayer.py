@@ -34,7 +34,10 @@ def test_order_kept_without_jitter_and_jitter_spreads(lab: Lab) -> None:
             d.start(a, "eth0", 11, chain_name(lab.run_id, "jitter"), delay_ms=20, jitter_ms=10, seed=1)
             r = measure.ping(a, lab.nets[1].ip, ECHO, count=100, interval_ms=5, timeout_ms=300)
             assert r.loss == 0
-            assert min(r.rtts_ms) >= 9 and max(r.rtts_ms) <= 35, (min(r.rtts_ms), max(r.rtts_ms))
+            # never early (a hard floor); the upper side only on the median: a busy machine adds
+            # scheduling delay to single replies, which says nothing about the delayer
+            assert min(r.rtts_ms) >= 9, min(r.rtts_ms)
+            assert 15 <= statistics.median(r.rtts_ms) <= 28, statistics.median(r.rtts_ms)
             assert statistics.pstdev(r.rtts_ms) > 3, "±10 ms of jitter left the delays nearly constant"
         finally:
             d.stop()
