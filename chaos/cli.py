@@ -1,13 +1,25 @@
 """The ``chaos`` command: a thin shell over the library.
 
-Exit codes: 0 every check ok · 1 a check failed or could not tell · 2 bad input (scenario,
-arguments, missing capability) · 130 interrupted by SIGINT (Ctrl-C) · 143 by SIGTERM.
+Exit codes:
+
+- 0: no check failed (an ``unknown`` verdict is counted, not failed; ``--strict`` fails it).
+- 1: a check failed (with ``--strict``: or could not tell); ``cleanup``: something could not be removed.
+- 2: bad input, before anything is started: a scenario, flag, run directory or runs directory chaos
+  cannot use, or a capability the machine lacks. Every :class:`~chaos.errors.ChaosError` that reaches
+  the CLI is exit 2 (ScenarioError, CapabilityError, StrategyError, PluginError, RunDirError,
+  RunsDirError, CommandError, and a plain ChaosError: chaos raised it on purpose, with a message that
+  says what it could not do and why); the message names the field, flag or file and the fix.
+- 3: chaos itself crashed (a bug, never a verdict on the job): any other exception, ``RecursionError``
+  and ``MemoryError`` included; one line on stderr names where the traceback was written
+  (:mod:`chaos.crash`).
+- 130: interrupted by SIGINT (Ctrl-C); 143: by SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -15,11 +27,26 @@ from typing import Any, NoReturn
 from rich.console import Console
 from rich.markup import escape
 
+from chaos.cli_args import (
+    check_env_runs_dir,
+    checks,
+    count,
+    families,
+    junit_path,
+    max_faults,
+    positive_float,
+    positive_int,
+    runs_dir,
+    runs_dir_to_read,
+    seed,
+    target_args,
+)
 from chaos.cli_run import cmd_run, write_junit
-from chaos.errors import CapabilityError, ScenarioError, StrategyError
-from chaos.plugins import PluginError
+from chaos.crash import EXIT_CRASH, report_crash
+from chaos.errors import ChaosError, ScenarioError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+__all__ = ["EXIT_BAD_INPUT", "EXIT_CRASH", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "build_parser", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,16 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a scenario and judge it")
     run.add_argument("scenario", type=Path, help="scenario YAML file")
-    run.add_argument("--runs-dir", type=Path, default=None,
+    run.add_argument("--runs-dir", type=runs_dir, default=None,
                      help="where run directories go (default $CHAOS_RUNS_DIR or ./.chaos-runs)")
     run.add_argument("--no-reference", action="store_true",
                      help="skip the fault-free reference run (equivalent_to_reference becomes unknown)")
-    run.add_argument("--deadline-s", type=float, default=None, help="override the scenario's deadline_s")
+    run.add_argument("--deadline-s", type=positive_float, default=None, help="override the scenario's deadline_s")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a scenario field for this run: dotted KEY, YAML VALUE (e.g. backend.kind=docker, "
                      "schedule.0.trigger.at_step=5); repeatable; recorded in the run's scenario.yaml (the replay)")
     run.add_argument("--json", action="store_true", help="print the result as JSON on stdout (no progress)")
-    run.add_argument("--junit", type=Path, default=None, metavar="PATH",
+    run.add_argument("--junit", type=junit_path, default=None, metavar="PATH",
                      help="also write the verdicts as JUnit XML to PATH (one testcase per check; unknown is skipped)")
     run.add_argument("--strict", action="store_true", help="count an unknown verdict as a failure (exit 1; a JUnit "
                      "failure) like RunResult.assert_ok(); without it only a failed check exits 1")
@@ -55,20 +82,21 @@ def build_parser() -> argparse.ArgumentParser:
                          "schedule as a scenario file and print the `chaos run` command that replays it. Exit 0: "
                          "nothing failed within the budget; 1: a failing schedule was found.")
     exp.add_argument("scenario", type=Path, help="scenario YAML file: the target, backend and checks to hold")
-    exp.add_argument("--examples", type=int, default=None, help="schedules to generate (default 30 without --minutes)")
-    exp.add_argument("--minutes", type=float, default=None, help="stop generating after this many minutes")
-    exp.add_argument("--seed", type=int, default=None, help="seed of the search (default: random, printed)")
-    exp.add_argument("--families", default=None,
+    exp.add_argument("--examples", type=positive_int, default=None, help="schedules to generate (default 30 without --minutes)")
+    exp.add_argument("--minutes", type=positive_float, default=None, help="stop generating after this many minutes")
+    exp.add_argument("--seed", type=seed, default=None, help="seed of the search (default: random, printed)")
+    exp.add_argument("--families", type=families, default=None,
                      help="comma-separated fault families: kill, pause, checkpoint, disk, network, node, sdc or a fault "
                      "kind (default: those of the scenario's own schedule, else kill)")
-    exp.add_argument("--max-faults", type=int, default=3, help="most faults in one schedule (default 3)")
-    exp.add_argument("--checks", default=None, help="comma-separated checks to hold (default: the scenario's)")
-    exp.add_argument("--shrink-runs", type=int, default=30, help="most runs spent shrinking a failure (default 30)")
-    exp.add_argument("--target-args", default="", help="arguments appended to the target's, e.g. '--broken non-atomic-save'")
+    exp.add_argument("--max-faults", type=max_faults, default=3, help="most faults in one schedule (default 3)")
+    exp.add_argument("--checks", type=checks, default=None, help="comma-separated checks to hold (default: the scenario's)")
+    exp.add_argument("--shrink-runs", type=count, default=30, help="most runs spent shrinking a failure (default 30)")
+    exp.add_argument("--target-args", type=target_args, default=[],
+                     help="arguments appended to the target's, e.g. '--broken non-atomic-save'")
     exp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a scenario field for this run: dotted KEY, YAML VALUE (e.g. backend.kind=docker, "
                      "schedule.0.trigger.at_step=5); repeatable; recorded in the run's scenario.yaml (the replay)")
-    exp.add_argument("--runs-dir", type=Path, default=None, help="where the explore directory goes")
+    exp.add_argument("--runs-dir", type=runs_dir, default=None, help="where the explore directory goes")
     exp.add_argument("--no-database", action="store_true", help="do not read or write Hypothesis's example database")
     exp.add_argument("--no-reference", action="store_true", help="skip the fault-free reference run")
     exp.add_argument("--json", action="store_true", help="print the result as JSON on stdout (no progress)")
@@ -90,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Removes the resources of runs whose runner is dead: those their manifests "
                          "(resources.jsonl) name, and chaos-named leftovers no manifest names. A live run's resources "
                          "are never touched. Exit 0: nothing of a dead run is left; 1: something could not be removed.")
-    cln.add_argument("--runs-dir", type=Path, default=None,
+    cln.add_argument("--runs-dir", type=runs_dir_to_read, default=None,
                      help="run directories to read (default $CHAOS_RUNS_DIR or ./.chaos-runs)")
     cln.add_argument("--all-dead", action="store_true",
                      help="also every dead run in the machine-wide registry, wherever its run directory is")
@@ -104,27 +132,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``chaos`` command ``argv`` (default ``sys.argv[1:]``); returns its exit code (see the
+    module docstring). A bad flag exits 2 from the parser (``SystemExit``) with its usage line."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    args.argv = argv
+    args: argparse.Namespace | None = None
     try:
+        args = build_parser().parse_args(argv)  # a bad flag: SystemExit(2) with the usage line
+        args.argv = argv
         commands = {"run": cmd_run, "explore": cmd_explore, "validate": cmd_validate, "list": cmd_list, "schema": cmd_schema,
                     "doctor": cmd_doctor, "report": cmd_report, "cleanup": cmd_cleanup,
                     "init": cmd_init}
+        check_env_runs_dir(args)
         return commands[args.command](args)
-    except (ScenarioError, CapabilityError, StrategyError, PluginError) as exc:
-        if getattr(args, "json", False):
-            problems = exc.problems if isinstance(exc, ScenarioError) else [str(exc)]
-            print(json.dumps({"ok": False, "error": type(exc).__name__, "problems": problems}))
-        else:
-            console = Console(stderr=True, highlight=False, soft_wrap=True)
-            console.print("[bold red]error:[/] ", end="")
-            console.print(str(exc), markup=False)
+    except ChaosError as exc:
+        print_error(exc, as_json=getattr(args, "json", False))
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         Console(stderr=True, soft_wrap=True).print(
             "[yellow]interrupted[/] before the run began (during the reference run); nothing was left running")
         return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug of chaos (RecursionError and MemoryError too): never exit 1, a failed check
+        return report_crash(exc, ["chaos", *argv])
+
+
+def print_error(exc: ChaosError, as_json: bool = False) -> None:
+    """``exc`` as the CLI shows bad input: ``error: <message>`` on stderr (never read as markup), or with
+    ``as_json`` ``{"ok": false, "error": <class>, "problems": [...]}`` on stdout."""
+    if as_json:
+        problems = exc.problems if isinstance(exc, ScenarioError) else [str(exc)]
+        print(json.dumps({"ok": False, "error": type(exc).__name__, "problems": problems}))
+    else:
+        console = Console(stderr=True, highlight=False, soft_wrap=True)
+        console.print("[bold red]error:[/] ", end="")
+        console.print(str(exc), markup=False)
 
 
 def _add_report_parser(sub: Any) -> None:
@@ -135,7 +175,7 @@ def _add_report_parser(sub: Any) -> None:
                                      "failed (or, with --strict, could not tell), 2 not a run directory.")
     rep.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory (what `chaos run` printed)")
     rep.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    rep.add_argument("--junit", type=Path, default=None, metavar="PATH",
+    rep.add_argument("--junit", type=junit_path, default=None, metavar="PATH",
                      help="also write the verdicts as JUnit XML to PATH (one testcase per check; unknown is skipped)")
     rep.add_argument("--strict", action="store_true", help="count an unknown verdict as a failure (exit 1; a JUnit failure)")
     rep.add_argument("--merge", action="store_true",
@@ -143,20 +183,12 @@ def _add_report_parser(sub: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from chaos.errors import RunDirError
+    """Exit 0 no check failed, 1 one failed (``--strict``: or could not tell); a damaged or foreign run
+    directory raises :class:`~chaos.errors.RunDirError` (exit 2, in :func:`main`)."""
     from chaos.run.rejudge import rejudge
     from chaos.verdicts.table import print_result
 
-    try:
-        result = rejudge(args.run_dir, merge=args.merge)
-    except RunDirError as exc:
-        if args.json:
-            print(json.dumps({"ok": False, "error": "RunDirError", "problems": [str(exc)]}))
-        else:
-            console = Console(stderr=True, highlight=False, soft_wrap=True)
-            console.print("[bold red]error:[/] ", end="")
-            console.print(str(exc), markup=False)
-        return EXIT_BAD_INPUT
+    result = rejudge(args.run_dir, merge=args.merge)
     write_junit(args, result)
     if args.json:
         print(json.dumps(result.to_json(), indent=1, default=str))
@@ -165,22 +197,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_FAILED if result.failed or (args.strict and result.unknown) else EXIT_OK
 
 
-def _names(value: str | None) -> list[str] | None:
-    return [n.strip() for n in value.split(",") if n.strip()] if value is not None else None
-
-
 def cmd_explore(args: argparse.Namespace) -> int:
-    import shlex
-
     from chaos.explore import Explorer
     from chaos.explore.display import ExploreDisplay, print_explore_result
     from chaos.load.derive import apply_sets, derive_scenario
 
-    scenario = apply_sets(derive_scenario(args.scenario, extra_args=shlex.split(args.target_args)), args.set)
-    families = _names(args.families) or sorted({f.fault for f in scenario.schedule}) or ["kill"]
+    scenario = apply_sets(derive_scenario(args.scenario, extra_args=list(args.target_args)), args.set)
+    kinds = args.families or sorted({f.fault for f in scenario.schedule}) or ["kill"]
     examples = args.examples if args.examples is not None or args.minutes is not None else 30
-    explorer = Explorer(scenario, families=families, max_faults=args.max_faults, max_examples=examples,
-                        max_minutes=args.minutes, shrink_runs=args.shrink_runs, seed=args.seed, checks=_names(args.checks),
+    explorer = Explorer(scenario, families=kinds, max_faults=args.max_faults, max_examples=examples,
+                        max_minutes=args.minutes, shrink_runs=args.shrink_runs, seed=args.seed, checks=args.checks,
                         runs_dir=args.runs_dir, database=not args.no_database, reference=not args.no_reference)
     explorer.command = shlex.join(["chaos", *args.argv])  # for the written scenario's "Found by" line
     try:
@@ -197,7 +223,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
         runs = sum(1 for e in explorer.examples if e.result is not None)
         Console(stderr=True, soft_wrap=True).print(
             f"[yellow]interrupted[/] after {runs} complete run(s); nothing was left running; "
-            f"explore directory: {explorer.out_dir}", highlight=False)
+            f"explore directory: {escape(str(explorer.out_dir))}", highlight=False)
         return EXIT_INTERRUPTED
     return EXIT_FAILED if result.found else EXIT_OK
 
@@ -346,8 +372,8 @@ def _add_init_parser(sub: Any) -> None:
     ini.add_argument("--backend", default="local", choices=["local", "netns"],
                      help="where the node runs (netns, as root: the scenario gets a network delay too)")
     ini.add_argument("--cwd", default=None, help="target.cwd for the job: run, script or a directory")
-    ini.add_argument("--timeout-s", type=float, default=600.0, help="longest the fault-free run may take (600)")
-    ini.add_argument("--runs-dir", type=Path, default=None,
+    ini.add_argument("--timeout-s", type=positive_float, default=600.0, help="longest the fault-free run may take (600)")
+    ini.add_argument("--runs-dir", type=runs_dir, default=None,
                      help="keep the fault-free run's directory here (default: a temporary one, removed)")
     ini.add_argument("--json", action="store_true", help="print what was learned as JSON on stdout")
     ini.add_argument("job", nargs=argparse.REMAINDER, metavar="COMMAND", help="the job's command, after --")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import threading
 from typing import Any
 
 from rich.console import Console
@@ -28,6 +30,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     preflight(scenario)  # before anything is printed or started
     if args.json:
         result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference, preflighted=True)
+        _ignore_signals_if_interrupted(result)
         write_junit(args, result)
         print(json.dumps({**result.to_json(), "exit_code": result.exit_code_for(args.strict)}, indent=1, default=str))
         return result.exit_code_for(args.strict)
@@ -37,6 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with LiveProgress(console, scenario.target.steps, scenario.world_size) as live:
         result = run_scenario(scenario, args.runs_dir, reference=not args.no_reference, observer=live,
                               preflighted=True)
+    _ignore_signals_if_interrupted(result)
     write_junit(args, result)
     print_result(console, result, strict=args.strict)
     return result.exit_code_for(args.strict)
@@ -53,8 +57,22 @@ def header_lines(scenario: Any) -> list[str]:
 
 
 def write_junit(args: argparse.Namespace, result: Any) -> None:
-    """Write ``result``'s verdicts as JUnit XML to ``args.junit``, if given (``--strict``: unknown fails)."""
+    """Write ``result``'s verdicts as JUnit XML to ``args.junit``, if given (``--strict``: unknown fails).
+    Raises :class:`~chaos.errors.ChaosError` naming ``--junit`` when the file cannot be written."""
     if args.junit:
+        from chaos.errors import ChaosError
         from chaos.verdicts.junit import write_junit as write
 
-        write([result], args.junit, strict=getattr(args, "strict", False))
+        try:
+            write([result], args.junit, strict=getattr(args, "strict", False))
+        except OSError as exc:
+            raise ChaosError(f"--junit {args.junit}: cannot write it ({exc.strerror or exc}); give a writable file "
+                             f"path (the run's verdicts are in {result.run_dir / 'result.json'})") from exc
+
+
+def _ignore_signals_if_interrupted(result: Any) -> None:
+    """A run that was interrupted has healed, stopped its job and written its result: a further Ctrl-C
+    while its verdicts print must not turn into a second "interrupted" message or a bare -2 exit."""
+    if result.interrupted and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)

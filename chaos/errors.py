@@ -46,3 +46,10 @@ class StrategyError(ChaosError, ValueError):
 class CommandError(ChaosError, ValueError):
     """A ``torchrun ...`` command cannot be taken apart (``chaos init``, ``target.command``); the
     message says why and the fix."""
+
+
+class RunsDirError(ChaosError):
+    """The runs directory (``--runs-dir``, ``$CHAOS_RUNS_DIR`` or ``./.chaos-runs``) cannot hold run
+    directories safely: it is not a directory, cannot be made or written, or it (or a directory above
+    it) can be written by another user, who could then swap in a run directory of their own. The
+    message names the path, why, and the fix. The CLI exits 2."""

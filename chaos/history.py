@@ -8,8 +8,11 @@ without rerunning the job (:func:`load_journal`).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -20,29 +23,42 @@ Event = dict[str, Any]
 
 JOURNAL = "journal.jsonl"
 RUNNER_EVENTS = "runner.jsonl"
+MAX_WORLD = 1 << 20  # a world size over this is not a job's: checks and the timeline count up to it
+INT_FIELDS = ("rank", "seq", "pid", "node", "restart", "step")  # what events are grouped, ordered and counted by
 
 
 class RunnerLog:
-    """Append-only writer of the runner's own events (``runner.jsonl``); thread-safe."""
+    """Append-only writer of the runner's own events (``runner.jsonl``); thread-safe.
+
+    A write that fails (a full disk: ``ENOSPC``) never raises out of :meth:`record` or :meth:`close`
+    (teardown must go on); the first such error is kept in :attr:`write_error` and nothing more is
+    written (a half line is not followed by whole ones). Opening raises ``OSError`` as ``open`` does."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         self._seq = 0
+        self.write_error: OSError | None = None
 
     def record(self, kind: str, **fields: Any) -> Event:
-        """Append a runner event now; returns it."""
+        """Append a runner event now; returns it (also when it could not be written)."""
         with self._lock:
             self._seq += 1
             event: Event = {"t": time.time(), "kind": kind, "source": "runner", "seq": self._seq, **fields}
-            if not self._file.closed:
-                self._file.write(json.dumps(event, default=str) + "\n")
+            if not self._file.closed and self.write_error is None:
+                try:
+                    self._file.write(json.dumps(event, default=str) + "\n")
+                except OSError as exc:
+                    self.write_error = exc
             return event
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError as exc:  # the last buffered line could not be flushed
+                self.write_error = self.write_error or exc
 
 
 class EventTail:
@@ -65,10 +81,10 @@ class EventTail:
             path = self.directory / name
             offset = self._offsets.get(name, 0)
             try:
-                with open(path, "rb") as f:
+                with _open_regular(path) as f:
                     f.seek(offset)
                     chunk = f.read()
-            except FileNotFoundError:
+            except OSError:  # gone, or not a regular file (a symlink, a FIFO): not an event file
                 continue
             end = chunk.rfind(b"\n")
             if end < 0:
@@ -81,15 +97,61 @@ class EventTail:
         return out
 
 
+def finite_number(value: Any) -> bool:
+    """True for an int or float (not a bool) that is finite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def shown(value: Any) -> str:
+    """``value`` as JSON, cut to 60 characters, for messages."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:60] + "…"
+
+
+def event_problem(event: Any) -> str | None:
+    """Why ``event`` (one parsed JSON line) is not an event the checks can read, or None: an object
+    with ``t`` a finite number and ``kind`` a string; :data:`INT_FIELDS`, if present, integers or null;
+    ``world_size`` null or an integer 0 .. :data:`MAX_WORLD`."""
+    if not isinstance(event, dict):
+        return f"a JSON {type(event).__name__}, not an object (an event is {{\"t\": ..., \"kind\": ...}})"
+    if "t" not in event:
+        return "an event without `t` (its Unix time in seconds)"
+    if not finite_number(event["t"]):
+        return f"`t` is {shown(event['t'])}, not a finite number of seconds"
+    if not isinstance(event.get("kind"), str):
+        return ("an event without `kind`" if "kind" not in event else
+                f"`kind` is {shown(event['kind'])}, not a string")
+    for key in INT_FIELDS:
+        value = event.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            return f"`{key}` is {shown(value)}, not an integer"
+    world = event.get("world_size")
+    if world is not None and (not isinstance(world, int) or isinstance(world, bool) or not 0 <= world <= MAX_WORLD):
+        return f"`world_size` is {shown(world)}, not an integer from 0 to {MAX_WORLD}"
+    return None
+
+
 def _parse(line: bytes | str) -> Event | None:
+    """The event on one line, or None for a blank, torn or malformed line (:func:`event_problem`):
+    what a live run reads is skipped, not trusted; ``chaos report`` names such lines instead."""
     line = line.strip()
     if not line:
         return None
     try:
         event = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    return event if isinstance(event, dict) and "t" in event and "kind" in event else None
+    return event if event_problem(event) is None else None
+
+
+def _open_regular(path: Path) -> Any:
+    """``path`` opened for binary reading if it is a regular file (no symlink followed, a FIFO never
+    blocks the open); raises ``FileNotFoundError`` for anything else, which callers skip."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FileNotFoundError(2, "not a regular file", str(path))
+    return os.fdopen(fd, "rb")
 
 
 def read_events(paths: Iterable[Path]) -> list[Event]:
@@ -97,12 +159,12 @@ def read_events(paths: Iterable[Path]) -> list[Event]:
     out: list[Event] = []
     for path in paths:
         try:
-            with open(path, "rb") as f:
+            with _open_regular(path) as f:
                 for line in f:
                     event = _parse(line)
                     if event is not None:
                         out.append(event)
-        except FileNotFoundError:
+        except OSError:  # gone, or not a regular file (a symlink, a FIFO): not an event file
             continue
     return out
 
@@ -115,15 +177,21 @@ def merge_run_dir(run_dir: Path) -> list[Event]:
     """Merge ``runner.jsonl`` and ``events/*.jsonl`` of a run directory into ``journal.jsonl``.
 
     Returns the merged events in time order. Safe to call again (e.g. on a run whose runner died).
+    Raises ``OSError`` if the journal cannot be written (a full disk), leaving no ``journal.jsonl.tmp``.
     """
     run_dir = Path(run_dir)
     files = [run_dir / RUNNER_EVENTS, *sorted((run_dir / "events").glob("*.jsonl"))]
     events = sorted(read_events(files), key=_order)
     tmp = run_dir / (JOURNAL + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for event in events:
-            f.write(json.dumps(event, default=str) + "\n")
-    os.replace(tmp, run_dir / JOURNAL)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for event in events:
+                f.write(json.dumps(event, default=str) + "\n")
+        os.replace(tmp, run_dir / JOURNAL)
+    except OSError:  # a full disk: no half-written journal left behind; the sources stay
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return events
 
 

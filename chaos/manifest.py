@@ -25,17 +25,25 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import re
+import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from chaos.readlimit import UnsafeFile, read_bytes
+
 MANIFEST = "resources.jsonl"
 VERSION = 1
+MANIFEST_LIMIT = 16 << 20  # bytes: a run writes a few hundred lines
+LINE_LIMIT = 64 << 10  # bytes of one line
+ENTRY_LIMIT = 64 << 10  # bytes of a registry entry
 START_TOLERANCE_S = 0.05  # process start times are kept to 1/100 s (clock ticks)
 
 # kind → the fields that identify one (a release names these); other fields are information
@@ -111,7 +119,8 @@ class Manifest:
         line = json.dumps({"v": VERSION, "t": round(time.time(), 3), "op": op, "kind": kind, "ids": ids,
                            "by": os.getpid()}, default=str, separators=(",", ":")) + "\n"
         new = not self.path.exists()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # never through a symlink, never blocking on a FIFO put in its place (cleanup, as root, appends too)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
         try:
             os.write(fd, line.encode())
             os.fsync(fd)
@@ -131,8 +140,11 @@ class Manifest:
         return ids
 
     def release(self, kind: str, **ids: Any) -> None:
-        """Record that ``kind`` ``ids`` (its key fields suffice) is gone."""
-        self._write("release", kind, ids)
+        """Record that ``kind`` ``ids`` (its key fields suffice) is gone. Never raises: it is called
+        from teardown, which must go on when the disk is full (the resource is gone either way; an
+        unrecorded release only makes ``chaos cleanup`` find nothing to do)."""
+        with contextlib.suppress(OSError):
+            self._write("release", kind, ids)
 
     def add_process(self, role: str, pid: int, **info: Any) -> dict[str, Any]:
         """Record process ``pid`` (its start time read now; its process group) playing ``role``."""
@@ -144,42 +156,157 @@ class Manifest:
 
     @staticmethod
     def lines(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-        """Every well-formed line of the manifest (a torn or foreign line is skipped)."""
-        out: list[dict[str, Any]] = []
+        """Every well-formed line of the manifest (a torn, foreign or damaged line is skipped; a file
+        that is not a regular file, a symlink, or over :data:`MANIFEST_LIMIT` bytes reads as empty)."""
         try:
-            data = (Path(run_dir) / MANIFEST).read_bytes()
+            return Manifest.scan(run_dir).lines
         except OSError:
-            return out
-        for raw in data.splitlines():
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(line, dict) and line.get("op") in ("add", "release") and isinstance(line.get("kind"), str) \
-                    and isinstance(line.get("ids"), dict):
-                out.append(line)
-        return out
+            return []
+
+    @staticmethod
+    def scan(run_dir: str | os.PathLike[str], *, dir_fd: int | None = None) -> Scan:
+        """The manifest read the way ``chaos cleanup`` (root) must read a file: :mod:`chaos.readlimit`
+        (no symlink followed, no FIFO or device opened, at most :data:`MANIFEST_LIMIT` bytes), every
+        line checked (:func:`line_problem`). ``dir_fd``: an open descriptor of the run directory to
+        read it relative to (so the directory cannot be swapped meanwhile). Raises ``OSError``
+        (:class:`~chaos.readlimit.UnsafeFile`, ``FileNotFoundError``) when the file cannot be read."""
+        path = f"/proc/self/fd/{dir_fd}/{MANIFEST}" if dir_fd is not None else Path(run_dir) / MANIFEST
+        return parse_manifest(read_bytes(path, MANIFEST_LIMIT))
 
     @staticmethod
     def read(run_dir: str | os.PathLike[str]) -> list[Resource]:
         """The resources of the run still outstanding (added, not released since), in the order made."""
-        live: dict[tuple[str, str], Resource] = {}
-        for line in Manifest.lines(run_dir):
-            key = resource_key(line["kind"], line["ids"])
-            if line["op"] == "add":
-                live.pop(key, None)  # re-added: keep the newest position
-                live[key] = Resource(line["kind"], line["ids"], float(line.get("t", 0)))
-            else:
-                live.pop(key, None)
-        return list(live.values())
+        return outstanding(Manifest.lines(run_dir))
 
     @staticmethod
     def runner(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
         """The ids of the run's runner (pid, start, run_id), released or not; None if unrecorded."""
-        for line in Manifest.lines(run_dir):
-            if line["kind"] == "runner" and line["op"] == "add":
-                return dict(line["ids"])
-        return None
+        return runner_of(Manifest.lines(run_dir))
+
+
+@dataclass
+class Scan:
+    """A manifest as read: its good ``lines`` and, for each damaged one, a ``problems`` entry
+    (``line N: why``). A torn last line (a SIGKILL mid-write) is not a problem."""
+
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def outstanding(self) -> list[Resource]:
+        return outstanding(self.lines)
+
+    def runner(self) -> dict[str, Any] | None:
+        return runner_of(self.lines)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _num(v: Any) -> bool:
+    return (_int(v) or isinstance(v, float)) and math.isfinite(v)
+
+
+_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "pid": lambda v: _int(v) and 0 < v < 1 << 31, "pgid": lambda v: v is None or (_int(v) and 0 <= v < 1 << 31),
+    "start": lambda v: v is None or _num(v), "netns_inode": lambda v: v is None or _int(v),
+    "registered": lambda v: isinstance(v, bool), "value": lambda v: isinstance(v, str) or _int(v),
+    "backing": lambda v: v is None or isinstance(v, str), "run_id": lambda v: v is None or isinstance(v, str),
+    "node": lambda v: v is None or _int(v), "registry": lambda v: v is None or isinstance(v, str),
+}
+_STRINGS = ("mountpoint", "netns", "dev", "handle", "table", "chain", "name", "tag", "pool", "role")
+
+
+def _show(value: Any) -> str:
+    """``value`` as JSON, cut to 40 characters (a message never repeats a huge field)."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def line_problem(line: Any) -> str | None:
+    """Why a parsed manifest line is not one chaos writes (None when it is): an object with ``op``
+    ``add`` / ``release``, a known ``kind``, finite ``t``, and ``ids`` an object holding the kind's
+    key fields (an add) with the types chaos writes (pid a positive integer, start a finite number,
+    names strings, ...)."""
+    if not isinstance(line, dict):
+        return f"not a JSON object but {type(line).__name__}"
+    op, kind, ids = line.get("op"), line.get("kind"), line.get("ids")
+    if op not in ("add", "release"):
+        return f"op {_show(op)} is not add or release"
+    if not isinstance(kind, str) or kind not in KEYS:
+        return f"kind {_show(kind)} is not one of {', '.join(KEYS)}"
+    if not isinstance(ids, dict):
+        return f"ids of a {kind} is {type(ids).__name__}, not an object"
+    if "t" in line and not _num(line["t"]):
+        return f"t {_show(line['t'])} is not a finite number"
+    missing = [k for k in KEYS[kind] if k not in ids and not (k == "start" and op == "release")]
+    if missing:
+        return f"a {kind} without {', '.join(missing)}"
+    for key, value in ids.items():
+        check = _CHECKS.get(key)
+        if check is not None and not check(value):
+            return f"{kind} {key} {_show(value)} has the wrong type or value"
+        if key in _STRINGS and not (isinstance(value, str) and 0 < len(value) <= 4096 and "\0" not in value):
+            return f"{kind} {key} {_show(value)} is not a string chaos writes"
+    return None
+
+
+def parse_manifest(data: bytes) -> Scan:
+    """The lines of manifest content ``data`` and the problems of the damaged ones (see :class:`Scan`).
+    Never raises: a line over :data:`LINE_LIMIT` bytes, not UTF-8, nested too deep or not JSON is a
+    problem, not an exception."""
+    out = Scan()
+    raws = data.split(b"\n")
+    last = len(raws) - 1 if raws and raws[-1] else -1  # a last line without its newline may be torn
+    for n, raw in enumerate(raws, 1):
+        if not raw.strip():
+            continue
+        why = None
+        if len(raw) > LINE_LIMIT:
+            why = f"{len(raw)} bytes, over the {LINE_LIMIT}-byte line limit"
+        else:
+            try:
+                line = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+                why = line_problem(line)
+            except UnicodeDecodeError:
+                why = "not UTF-8"
+            except RecursionError:
+                why = "nested too deep"
+            except ValueError as exc:
+                if n - 1 == last:
+                    continue  # torn by a crash mid-write
+                why = f"not JSON ({str(exc)[:60]})"
+        if why is None:
+            out.lines.append(line)
+        else:
+            out.problems.append(f"line {n}: {why}")
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number chaos writes")
+
+
+def outstanding(lines: list[dict[str, Any]]) -> list[Resource]:
+    """The resources ``lines`` leave outstanding (added, not released since), in the order made."""
+    live: dict[tuple[str, str], Resource] = {}
+    for line in lines:
+        key = resource_key(line["kind"], line["ids"])
+        if line["op"] == "add":
+            live.pop(key, None)  # re-added: keep the newest position
+            t = line.get("t", 0)
+            live[key] = Resource(line["kind"], line["ids"], float(t) if _num(t) else 0.0)
+        else:
+            live.pop(key, None)
+    return list(live.values())
+
+
+def runner_of(lines: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ids of the first runner ``lines`` add; None if none."""
+    for line in lines:
+        if line["kind"] == "runner" and line["op"] == "add":
+            return dict(line["ids"])
+    return None
 
 
 # -- the machine-wide registry of runs -------------------------------------------------------------
@@ -223,7 +350,8 @@ def register_run(run_id: str, run_dir: Path) -> Registration | None:
         directory = registry_dir()
         final = directory / _entry_name(run_id)
         tmp = directory / f".{final.name}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        os.fchmod(fd, 0o600)  # whatever the umask: a lock others cannot open, others cannot hold
     except OSError:
         return None
     try:
@@ -241,7 +369,9 @@ def register_run(run_id: str, run_dir: Path) -> Registration | None:
 
 @dataclass(frozen=True)
 class RegisteredRun:
-    """A registry entry: the run, its directory, its runner, and whether the runner still holds it."""
+    """A registry entry: the run, its directory, its runner (pid and start time), and whether the run
+    is alive: ``locked`` is True only when the entry's lock is held *and* the runner it names runs
+    with that start time (a lock alone may be held by anyone who can open the file)."""
 
     run_id: str
     run_dir: str
@@ -251,12 +381,17 @@ class RegisteredRun:
 
 
 def held(path: Path) -> bool:
-    """True if some process holds the ``flock`` of ``path`` (a missing file is not held)."""
+    """True if some process holds the ``flock`` of ``path`` (a missing file, a symlink, a FIFO or
+    anything but a regular file is not held; nothing here blocks)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        if not stat.S_ISREG(os.lstat(path).st_mode):  # not even opened: a device's open may act
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
@@ -267,23 +402,49 @@ def held(path: Path) -> bool:
     return False
 
 
-def registered_runs() -> list[RegisteredRun]:
-    """Every run in the registry (alive or not), oldest first."""
+def entry_problem(path: Path) -> str | None:
+    """Why the registry entry ``path`` is not one to believe (None when fine): not a regular file (a
+    symlink, FIFO, directory), not owned by this user or root, or writable by others."""
     try:
-        paths = sorted(registry_dir().glob("*.json"), key=lambda p: p.stat().st_mtime)
+        st = path.lstat()
+    except OSError as exc:
+        return f"cannot stat it: {exc.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"owned by uid {st.st_uid}"
+    if st.st_mode & 0o022:
+        return f"writable by others (mode {st.st_mode & 0o777:o})"
+    return None
+
+
+def read_entry(path: Path) -> RegisteredRun | None:
+    """The registry entry at ``path`` (see :func:`entry_problem`, read with :mod:`chaos.readlimit`,
+    at most :data:`ENTRY_LIMIT` bytes), or None when it is not one: damaged, of the wrong types
+    (``run_id`` / ``run_dir`` strings, ``pid`` a positive integer, ``start`` a finite number or null)."""
+    if entry_problem(path) is not None:
+        return None
+    try:
+        data = json.loads(read_bytes(path, ENTRY_LIMIT).decode("utf-8"), parse_constant=_no_constant)
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    run_id, run_dir, pid, start = data.get("run_id"), data.get("run_dir", ""), data.get("pid"), data.get("start")
+    if not (isinstance(run_id, str) and run_id and isinstance(run_dir, str) and isinstance(pid, int) and _int(pid)
+            and 0 < pid < 1 << 31 and (start is None or _num(start))):
+        return None
+    alive = held(path) and same_process(pid, start)
+    return RegisteredRun(run_id, run_dir, pid, None if start is None else float(start), alive)
+
+
+def registered_runs() -> list[RegisteredRun]:
+    """Every believable run in the registry (alive or not; see :func:`read_entry`), oldest first."""
+    try:
+        paths = sorted(registry_dir().glob("*.json"), key=lambda p: p.lstat().st_mtime)
     except OSError:
         return []
-    out = []
-    for path in paths:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(data, dict) or not data.get("run_id"):
-            continue
-        out.append(RegisteredRun(str(data["run_id"]), str(data.get("run_dir", "")), int(data.get("pid") or 0),
-                                 data.get("start"), held(path)))
-    return out
+    return [entry for path in paths if (entry := read_entry(path)) is not None]
 
 
 def unregister(run_id: str) -> bool:
@@ -292,7 +453,10 @@ def unregister(run_id: str) -> bool:
         path = registry_dir() / _entry_name(run_id)
     except OSError:
         return False
-    if not path.exists() or held(path):
+    if not path.exists() or entry_problem(path) is not None:
+        return False
+    entry = read_entry(path)
+    if held(path) and (entry is None or entry.locked):
         return False
     with contextlib.suppress(OSError):
         path.unlink()
@@ -300,5 +464,6 @@ def unregister(run_id: str) -> bool:
     return False
 
 
-__all__ = ["KEYS", "MANIFEST", "Manifest", "RegisteredRun", "Registration", "Resource", "process_start",
-           "register_run", "registered_runs", "same_process", "unregister"]
+__all__ = ["KEYS", "LINE_LIMIT", "MANIFEST", "MANIFEST_LIMIT", "Manifest", "RegisteredRun", "Registration",
+           "Resource", "Scan", "UnsafeFile", "entry_problem", "held", "line_problem", "outstanding", "parse_manifest",
+           "process_start", "read_entry", "register_run", "registered_runs", "runner_of", "same_process", "unregister"]

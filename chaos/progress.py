@@ -84,7 +84,7 @@ class LiveProgress:
 
     def _task(self, rank: int) -> Any:
         if rank not in self.tasks:
-            self.tasks[rank] = self.progress.add_task(f"rank {rank}", total=self.steps, unit=self.unit)
+            self.tasks[rank] = self.progress.add_task(f"rank {escape(str(rank))}", total=self.steps, unit=escape(self.unit))
         return self.tasks[rank]
 
     def __call__(self, e: Event) -> None:
@@ -102,37 +102,38 @@ class LiveProgress:
         if kind == "run_start":
             self.t0 = e["t"]
             box = e.get("blackbox")
-            self.unit = (box or {}).get("counter") or "step"
+            self.unit = str((box or {}).get("counter") or "step")
             length = f"{e['steps']} steps, " if not box else "black-box target" + \
                 (f" to {self.unit} {e['steps']}, " if e.get("steps") is not None else ", ")
-            self._say(e["t"], f"run [bold]{escape(str(e['run_id']))}[/]: {e['world_size']} ranks, {length}"
+            self._say(e["t"], f"run [bold]{escape(str(e['run_id']))}[/]: {escape(str(e['world_size']))} ranks, {escape(length)}"
                       f"{len(e.get('schedule', []))} fault(s) scheduled")
             for rank in range(self.world_size):
                 self._task(rank)
         elif kind == "agent_start":
-            self._say(e["t"], f"torchrun agent of node {e['node']} started (pid {e['pid']})")
+            self._say(e["t"], escape(f"torchrun agent of node {e['node']} started (pid {e['pid']})"))
         elif kind == "start":
             if e.get("world_size") and e["world_size"] != self.world and e.get("rank") == 0:
-                self._say(e["t"], f"[bold]world size {self.world} → {e['world_size']}[/] (the job regrouped)")
+                change = escape(f"world size {self.world} → {e['world_size']}")
+                self._say(e["t"], f"[bold]{change}[/] (the job regrouped)")
                 self.world = e["world_size"]
             seen = self.starts.get(e["rank"], 0)
             self.starts[e["rank"]] = seen + 1
             if seen:  # a new process for a rank seen before (torchrun restart, or a node that came back)
                 self.progress.update(self._task(e["rank"]),
-                                     description=f"rank {e['rank']} [yellow](start {seen + 1})[/]")
+                                     description=f"rank {escape(str(e['rank']))} [yellow](start {seen + 1})[/]")
                 if e["rank"] == 0:
-                    self._say(e["t"], f"workers restarted (restart {e.get('restart', 0)} of their agent)")
+                    self._say(e["t"], escape(f"workers restarted (restart {e.get('restart', 0)} of their agent)"))
         elif kind == "step":
             self.progress.update(self._task(e["rank"]), completed=e["step"])
         elif kind == "log_progress" and e.get("rank") is not None:  # a black-box target's output line
             self.progress.update(self._task(e["rank"]), completed=e["progress"])
         elif kind == "checkpoint_checked" and e.get("ok") is False:
-            self._say(e["t"], f"[red]{escape(os.path.basename(e['path']))} not loadable[/] ({escape(str(e.get('when')))}): "
+            self._say(e["t"], f"[red]{escape(os.path.basename(str(e['path'])))} not loadable[/] ({escape(str(e.get('when')))}): "
                       f"{escape(str(e.get('reason'))[:100])}")
         elif kind == "checkpoint_loaded" and e.get("rank") == 0:
-            self._say(e["t"], f"restored {escape(os.path.basename(e['path']))} (step {e['step']})")
+            self._say(e["t"], escape(f"restored {os.path.basename(str(e['path']))} (step {e['step']})"))
         elif kind == "checkpoint_load_failed" and e.get("rank") == 0:
-            self._say(e["t"], f"[red]failed to load {escape(os.path.basename(e['path']))}[/]: "
+            self._say(e["t"], f"[red]failed to load {escape(os.path.basename(str(e['path'])))}[/]: "
                       f"{escape(str(e.get('error'))[:100])}")
         elif kind == "fault_inject":
             how = escape(f"pids {e['pids']}" if e.get("pids") else f"by {e['mechanism']}" if e.get("mechanism") else "")
@@ -150,10 +151,10 @@ class LiveProgress:
         elif kind in ("checkpoint_save_failed", "checkpoint_skipped", "checkpoint_rejected") and e.get("rank") == 0:
             detail = e.get("error") or e.get("reason") or ""
             self._say(e["t"], f"[yellow]{kind.replace('_', ' ')}[/] {escape(os.path.basename(str(e.get('path', ''))))} "
-                      f"step {e.get('step', '')}: {escape(str(detail)[:90])}")
+                      f"step {escape(str(e.get('step', '')))}: {escape(str(detail)[:90])}")
         elif kind == "deadline_exceeded":
             self._say(e["t"], f"[bold red]deadline of {e['deadline_s']:g} s exceeded[/]; stopping the job")
         elif kind == "interrupted":
             self._say(e["t"], f"[yellow]interrupted by {escape(str(e.get('signal')))}[/]; healing and stopping the job")
         elif kind == "agent_exit":
-            self._say(e["t"], f"torchrun agent of node {e['node']} exited {e.get('exit_code')}")
+            self._say(e["t"], escape(f"torchrun agent of node {e['node']} exited {e.get('exit_code')}"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -68,11 +69,28 @@ class Reservation(Generic[T]):
         return f"Reservation({self.kind}={self.value}{'' if self.held else ', released'})"
 
 
+def open_lock(path: Path) -> int:
+    """``path`` opened read-write (created if missing) as a lock file: mode 0600 whatever the umask
+    (a lock another user cannot open, that user cannot hold), never through a symlink (``O_NOFOLLOW``)
+    and never a FIFO or device (``O_NONBLOCK``, then checked). Raises ``OSError``."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(21, "a lock file must be a regular file", str(path))
+        if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+            os.fchmod(fd, 0o600)  # made 0644 by an older chaos
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def try_lock(path: Path) -> int | None:
     """An open descriptor of ``path`` (created if missing) holding its exclusive ``flock``, or
     None if another open file holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -108,7 +126,7 @@ class FileLock:
         self._fd: int | None = None
 
     def __enter__(self) -> FileLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_lock(self.path)
         fcntl.flock(fd, fcntl.LOCK_EX)
         self._fd = fd
         return self

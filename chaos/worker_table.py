@@ -1,4 +1,9 @@
-"""The runner's view of the job's live worker processes, built from the probe's events."""
+"""The runner's view of the job's live worker processes, built from the probe's events.
+
+A pid in an event is only a claim (anyone who can write the events directory can write one): it
+counts once the backend's resolver has found it among the run's own processes (a descendant of the
+node's agent carrying the run's id), and from then on only while the process with that pid is the
+one that started at the time seen then (no pid-reuse gap)."""
 
 from __future__ import annotations
 
@@ -8,8 +13,13 @@ from typing import Any
 
 import psutil
 
-# (node, pid as the worker saw it) → host pid, or None if gone (containers have their own pid namespace)
+from chaos.manifest import process_start, same_process
+
+# (node, pid as the worker saw it) → host pid, or None if gone or not one of the run's processes
+# (containers have their own pid namespace)
 PidResolver = Callable[[int, int], "int | None"]
+# called with a start event whose pid is a live process that is not one of the run's
+RefusedClaim = Callable[[dict[str, Any]], None]
 
 
 @dataclass
@@ -22,18 +32,21 @@ class Worker:
     last_step: int | None = None
     exited: bool = False
     host: int | None = None  # the host pid, once resolved
+    start: float | None = None  # the host process's start time (Unix s) when it was resolved
 
 
 @dataclass
 class WorkerTable:
     """rank → the newest worker process seen for it (from ``start`` events), with its progress.
 
-    ``resolve`` maps a worker's own pid to the host's (identity where nodes share the host's pid
-    namespace)."""
+    ``resolve`` maps a worker's own pid to the host's if it is one of the run's processes (None:
+    every claim is taken, as in preflight and unit tests). A start event whose pid resolves to nothing
+    while a process with that pid lives is refused: it makes no worker, and ``refused`` is told."""
 
     by_rank: dict[int, Worker] = field(default_factory=dict)
     all: list[Worker] = field(default_factory=list)
     resolve: PidResolver | None = None
+    refused: RefusedClaim | None = None
 
     def observe(self, event: dict[str, Any]) -> None:
         """Update from one probe event."""
@@ -43,6 +56,8 @@ class WorkerTable:
         if event["kind"] == "start":
             worker = Worker(rank, event.get("node", 0), event["pid"], event.get("restart", 0),
                             event.get("world_size", 0))
+            if not self._resolve(worker, event):
+                return
             current = self.by_rank.get(rank)
             if current is None or current.restart <= worker.restart or current.exited or not self.is_alive(current):
                 self.by_rank[rank] = worker
@@ -56,11 +71,24 @@ class WorkerTable:
         elif event["kind"] == "exit":
             current.exited = True
 
+    def _resolve(self, worker: Worker, event: dict[str, Any]) -> bool:
+        """Resolve a new worker's claimed pid once, now (it has just started); False if refused."""
+        host = self.resolve(worker.node, worker.pid) if self.resolve else worker.pid
+        if host is not None:
+            worker.host, worker.start = host, process_start(host)
+            return True  # (start None: it ended meanwhile, and counts as dead)
+        if alive(worker.pid):  # a live process, but not one of the run's: a forged (or stale) claim
+            if self.refused is not None:
+                self.refused(event)
+            return False
+        return True  # gone already (a short-lived worker): it counts, as dead
+
     def host_pid(self, worker: Worker) -> int | None:
-        """The worker's pid on this host, or None once it is gone."""
-        if worker.host is None:
-            worker.host = self.resolve(worker.node, worker.pid) if self.resolve else worker.pid
-        return worker.host if worker.host is not None and alive(worker.host) else None
+        """The worker's pid on this host while it is the process first resolved (same start time),
+        else None (gone, reused, or never resolved)."""
+        if worker.host is None or worker.start is None:
+            return None
+        return worker.host if same_process(worker.host, worker.start) else None
 
     def is_alive(self, worker: Worker) -> bool:
         return self.host_pid(worker) is not None

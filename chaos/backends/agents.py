@@ -7,6 +7,7 @@ restarts, freezes and tears down the agents.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,10 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from chaos.backends.base import LaunchSpec, NodeNet
-from chaos.backends.procs import kill_run_processes, run_processes, signal_pids
+from chaos.backends.procs import kill_run_processes, resolve_claim, run_processes, signal_pids, starts_of
 from chaos.backends.torchrun import AgentLogs, agent_env, reserve_port, torchrun_args
 from chaos.errors import ChaosError
 from chaos.history import RunnerLog
@@ -47,6 +46,7 @@ class HostAgents:
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._reported: set[int] = set()  # nodes whose current agent's exit was reported
         self._frozen: set[int] = set()
+        self._frozen_procs: dict[int, dict[int, float | None]] = {}  # node → pid → start of what was stopped
         self.logs = AgentLogs(run_dir / "logs")
         self.launch: LaunchSpec | None = None
         self.port = 0
@@ -120,7 +120,8 @@ class HostAgents:
             if code is not None and node not in self._reported:
                 self._reported.add(node)
                 if node in self._recorded:
-                    self.manifest.release("process", **self._recorded.pop(node))
+                    with contextlib.suppress(OSError):  # a full disk must not stop the teardown
+                        self.manifest.release("process", **self._recorded.pop(node))
                 extra = {}
                 if code != 0:
                     log = self.logs.path(node)
@@ -140,7 +141,14 @@ class HostAgents:
         return proc.pid if proc is not None and proc.poll() is None else None
 
     def host_pid(self, node: int, pid: int) -> int | None:
-        return pid if psutil.pid_exists(pid) else None
+        """``pid`` if it is one of the run's processes: a descendant of a node's agent (``node``'s
+        first; an elastic job's group rank, which the probe reports as its node, may differ from the
+        node it runs on) carrying this run's id and that node in its environment; None otherwise
+        (gone, or a pid an event claims that is not the run's)."""
+        for n in [node, *(n for n in self.procs if n != node)]:
+            if resolve_claim(pid, self.agent_pid(n), self.run_id, n) is not None:
+                return pid
+        return None
 
     def signal_agent(self, node: int, signum: int, wait_s: float) -> bool:
         proc = self.procs.get(node)
@@ -154,7 +162,13 @@ class HostAgents:
         return True
 
     def node_pids(self, node: int) -> list[int]:
-        return sorted(p.pid for p in run_processes(self.run_id, node))
+        """Host pids of the node's live processes: its agent and the descendants that carry the run's
+        id (of this euid); with the agent gone, whatever of this euid carries the run's id and node."""
+        return sorted(self._node_procs(node))
+
+    def _node_procs(self, node: int) -> dict[int, float | None]:
+        """pid → start time of the node's processes (see :meth:`node_pids`)."""
+        return starts_of(run_processes(self.run_id, node, under=self.agent_pid(node)))
 
     def crash_node(self, node: int, signum: int, wait_s: float) -> dict[str, Any]:
         """SIGKILL: every process of the node at once (the host died). SIGTERM: the agent only (it
@@ -163,11 +177,12 @@ class HostAgents:
         if proc is None or proc.poll() is not None:
             raise ChaosError(f"node-crash: node {node} is not running")
         if signum == signal.SIGKILL:
-            pids = self.node_pids(node)
-            signal_pids(pids, signal.SIGKILL)
+            procs = self._node_procs(node)
+            pids = sorted(procs)
+            signal_pids(procs, signal.SIGKILL)
         else:
             pids = [proc.pid]
-            os.kill(proc.pid, signum)
+            os.kill(proc.pid, signum)  # our child, not yet reaped: its pid cannot be reused
         try:
             proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
@@ -186,13 +201,17 @@ class HostAgents:
         return {"node": node, "pid": new.pid}
 
     def freeze_node(self, node: int) -> dict[str, Any]:
-        pids = self.node_pids(node)
+        procs = self._node_procs(node)
         self._frozen.add(node)
-        return {"node": node, "pids": signal_pids(pids, signal.SIGSTOP)}
+        self._frozen_procs[node] = procs
+        return {"node": node, "pids": signal_pids(procs, signal.SIGSTOP)}
 
     def thaw_node(self, node: int) -> dict[str, Any]:
+        """SIGCONT what :meth:`freeze_node` stopped (if still the same processes) and the node's
+        processes now. Idempotent."""
         self._frozen.discard(node)
-        return {"node": node, "pids": signal_pids(self.node_pids(node), signal.SIGCONT)}
+        procs = {**self._frozen_procs.pop(node, {}), **self._node_procs(node)}
+        return {"node": node, "pids": signal_pids(procs, signal.SIGCONT)}
 
     def teardown(self) -> None:
         """Thaw, SIGTERM agents (torchrun then stops its workers), SIGKILL whatever of the run is left,
@@ -224,4 +243,5 @@ class HostAgents:
         finally:
             if self._port is not None:
                 self._port.release()
-                self.manifest.release("reservation", pool="ports", value=self.port)
+                with contextlib.suppress(OSError):
+                    self.manifest.release("reservation", pool="ports", value=self.port)

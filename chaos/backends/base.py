@@ -65,7 +65,8 @@ class Backend(Protocol):
 
     def host_pid(self, node: int, pid: int) -> int | None:
         """The host pid of a process that reported itself as ``pid`` on ``node`` (containers have
-        their own pid namespace); None if it is gone."""
+        their own pid namespace); None if it is gone or is not one of the run's processes (a pid in an
+        event is a claim: it resolves only to a descendant of a node's agent carrying the run's id)."""
 
     def node_net(self, node: int) -> NodeNet | None:
         """The node's network namespace and address; None where nodes share the host's network

@@ -43,7 +43,7 @@ from chaos.backends.docker_engine import alive as _alive
 from chaos.backends.docker_nodes import IFACE, DockerNodes
 from chaos.backends.image import node_image
 from chaos.backends.names import container_name, network_name
-from chaos.backends.procs import kill_run_processes, ns_pid, run_processes
+from chaos.backends.procs import kill_run_processes, ns_pid, resolve_claim, run_processes
 from chaos.errors import CapabilityError, ChaosError
 from chaos.logtext import error_lines
 
@@ -160,9 +160,10 @@ class DockerBackend(DockerNodes):
 
     def host_pid(self, node: int, pid: int) -> int | None:
         """The host pid of the process of ``node`` that reported itself as ``pid`` (its innermost
-        ``NSpid``; the same number under ``host_pids``); None if it is gone."""
-        if self.host_pids:  # one /proc look: is it alive and one of this node's processes?
-            return pid if _alive(pid) and self._owns(node, pid) else None
+        ``NSpid``; the same number under ``host_pids``); None if it is gone or is not one of the run's
+        processes (a pid an event claims is resolved only below the node's container's main process)."""
+        if self.host_pids:  # a descendant of the node's agent, with the run's id and node in its env
+            return resolve_claim(pid, self.agent_pid(node), self.run_id, node) if _alive(pid) else None
         agent = self.agent_pid(node)
         if agent is None:
             return None
@@ -175,14 +176,6 @@ class DockerBackend(DockerNodes):
                 return proc.pid
         return None
 
-    def _owns(self, node: int, pid: int) -> bool:
-        """True if host process ``pid`` carries this run's id and ``node`` in its environment."""
-        try:
-            env = psutil.Process(pid).environ()
-        except (psutil.Error, OSError):
-            return False
-        return env.get("CHAOS_RUN_ID") == self.run_id and env.get("CHAOS_NODE") == str(node)
-
     def node_net(self, node: int) -> NodeNet | None:
         """The container's network namespace (``/proc/<agent host pid>/ns/net``), address and
         ``eth0``; None unless the container runs."""
@@ -193,7 +186,8 @@ class DockerBackend(DockerNodes):
 
     def node_pids(self, node: int) -> list[int]:
         """Host pids of every live process of the node (agent, workers, whatever they started)."""
-        return sorted(p.pid for p in run_processes(self.run_id, node) if _alive(p.pid))
+        agent = self.agent_pid(node)
+        return sorted(p.pid for p in run_processes(self.run_id, node, under=agent) if _alive(p.pid))
 
     def crash_node(self, node: int, signum: int, wait_s: float) -> dict[str, Any]:
         """SIGKILL: ``docker kill`` (the host died: agent and workers at once). SIGTERM: the agent only

@@ -21,8 +21,9 @@ ROUNDS = 3  # looks at the machine, at most, while each look still finds process
 @dataclass
 class CleanupReport:
     """``outcomes``: one per item acted on (or, in a dry run, that would be); ``kept``: resources and
-    runs left alone because their owner is alive (with the evidence); ``refused``: dead runs whose
-    manifest is not acted on (not this user's, or writable by others); ``dry_run``."""
+    runs left alone because their owner is alive or they are not ours (with the evidence); ``refused``:
+    runs whose manifest is not acted on (a symlink, FIFO or device; not this user's or root's;
+    writable by others; too big; a damaged line), each with ``run``, ``what`` and ``why``; ``dry_run``."""
 
     outcomes: list[Outcome] = field(default_factory=list)
     kept: list[dict[str, Any]] = field(default_factory=list)

@@ -4,7 +4,9 @@ snapshot of the machine (:class:`Facts`), so they can be tested without a machin
 The rule: **a resource is removed only when its owner is shown to be dead**; anything alive or
 undecidable is left. A run is *alive* when any of these holds:
 
-1. its runner holds the run's registry lock (:mod:`chaos.manifest`; the kernel drops it on death);
+1. its runner holds the run's registry lock (:mod:`chaos.manifest`; the kernel drops it on death) and
+   the runner the entry names runs with its recorded start time (a lock alone proves nothing: whoever
+   can open the file can hold it; entries are 0600);
 2. a process has the run's ``<run id>/runner.jsonl`` open for writing (every runner, of any chaos
    version, keeps it open from before it makes anything until after its teardown);
 3. its manifest's runner is outstanding and that pid runs with the recorded start time (runs that
@@ -37,7 +39,8 @@ TOLERANCE_S = 0.05
 class Proc:
     """One process as the snapshot saw it. ``run_id`` / ``runner_pid``: its ``CHAOS_RUN_ID`` and
     ``CHAOS_RUNNER_PID``; ``role``: ``delayer`` or ``disk-fs`` (by command line), else None;
-    ``parent_arg``: the ``--parent-pid`` it was started with; ``netns``: its network namespace's inode."""
+    ``parent_arg``: the ``--parent-pid`` it was started with; ``netns``: its network namespace's inode;
+    ``uid``: its real user id (None: unknown)."""
 
     pid: int
     ppid: int
@@ -49,6 +52,7 @@ class Proc:
     parent_arg: int | None = None
     netns: int | None = None
     pgid: int | None = None
+    uid: int | None = None
 
     def describe(self) -> str:
         cmd = " ".join(self.cmdline)

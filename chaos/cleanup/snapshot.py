@@ -7,18 +7,21 @@ links ``chb-<tok>`` / ``chv<tok>n<i>``, host iptables chains ``CHAOS-<tok>-…``
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
+import stat
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from chaos.backends.names import token_of
-from chaos.cleanup.owner import Facts, Labelled, Proc, RunRecord
-from chaos.manifest import MANIFEST, Manifest, held, registered_runs
+from chaos.cleanup.owner import Facts, Labelled, Proc, RunRecord, pid_alive
+from chaos.manifest import MANIFEST, Manifest, Scan, held, registered_runs
 
 NETNS_DIR = Path("/run/netns")
 RUNNER_LOG = "runner.jsonl"
@@ -58,7 +61,7 @@ def processes() -> tuple[dict[int, Proc], bool]:
     skip = _ancestors()
     out: dict[int, Proc] = {}
     complete = True
-    for ps in psutil.process_iter(["pid", "ppid", "create_time", "cmdline"]):
+    for ps in psutil.process_iter(["pid", "ppid", "create_time", "cmdline", "uids"]):
         info = ps.info
         if info["pid"] in skip or info["create_time"] is None:
             continue
@@ -81,7 +84,8 @@ def processes() -> tuple[dict[int, Proc], bool]:
         runner = env.get("CHAOS_RUNNER_PID", "")
         out[info["pid"]] = Proc(info["pid"], info["ppid"] or 0, round(info["create_time"], 3), tuple(cmd),
                                 env.get("CHAOS_RUN_ID") or None, int(runner) if runner.isdigit() else None,
-                                _role(cmd), _parent_arg(cmd), netns, pgid)
+                                _role(cmd), _parent_arg(cmd), netns, pgid,
+                                info["uids"].real if info["uids"] is not None else None)
     return out, complete
 
 
@@ -168,58 +172,142 @@ def labelled_of(obj: Any) -> Labelled | None:
 
 
 def run_dirs(runs_dir: Path | None, extra: list[str]) -> list[Path]:
-    """Run directories in scope: the children of ``runs_dir`` with a manifest or a runner log, and ``extra``."""
+    """Run directories in scope: the children of ``runs_dir`` with a manifest or a runner log, and
+    ``extra``. A child that is a symlink is listed too (it is refused, never followed)."""
     found: list[Path] = []
     if runs_dir is not None and runs_dir.is_dir():
-        for d in sorted(runs_dir.iterdir()):
-            if d.is_dir() and ((d / MANIFEST).exists() or (d / RUNNER_LOG).exists()):
-                found.append(d)
+        try:
+            children = sorted(runs_dir.iterdir())
+        except OSError:
+            children = []
+        for d in children:
+            try:
+                if (d.is_symlink() or d.is_dir()) and (os.path.lexists(d / MANIFEST) or os.path.lexists(d / RUNNER_LOG)):
+                    found.append(d)
+            except OSError:
+                continue
     for e in extra:
         p = Path(e)
-        if p.is_dir() and p not in found:
+        if p.is_absolute() and (p.is_dir() or p.is_symlink()) and p not in found:
             found.append(p)
     return found
 
 
-def untrusted_manifest(run_dir: Path) -> str | None:
-    """Why the manifest of ``run_dir`` is not to be acted on: it or the directory is not owned by this
-    user (or root), or is writable by others than its owner (and this user's group): cleanup runs as
-    root and kills and removes what a manifest names. None if fine."""
+def _mode_problem(path: Path, st: os.stat_result) -> str | None:
     me = os.geteuid()
-    for path in (run_dir, run_dir / MANIFEST):
-        try:
-            st = path.stat()
-        except OSError as exc:
-            return f"cannot stat {path}: {exc}"
-        if st.st_uid not in (me, 0):
-            return f"{path} belongs to uid {st.st_uid}, not to this user ({me}) or root"
-        if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid not in (os.getegid(), 0)):
-            return f"{path} is writable by others (mode {st.st_mode & 0o777:o}, group {st.st_gid})"
+    if st.st_uid not in (me, 0):
+        return f"{path} belongs to uid {st.st_uid}, not to this user ({me}) or root"
+    if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid not in (os.getegid(), 0)):
+        return f"{path} is writable by others (mode {st.st_mode & 0o777:o}, group {st.st_gid})"
     return None
 
 
-def snapshot(dirs: list[Path], with_docker: bool = True) -> tuple[Facts, Any, list[Any], list[Any]]:
+def _check_dir(run_dir: Path) -> tuple[int | None, str | None]:
+    """(an O_DIRECTORY | O_NOFOLLOW descriptor of ``run_dir``, None), or (None, why it is not trusted)."""
+    try:
+        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and run_dir.is_symlink():
+            return None, f"{run_dir} is a symbolic link (never followed)"
+        return None, f"cannot open {run_dir}: {exc.strerror}"
+    why = _mode_problem(run_dir, os.fstat(fd))
+    if why is not None:
+        os.close(fd)
+        return None, why
+    return fd, None
+
+
+def _check_manifest(run_dir: Path, fd: int) -> str | None:
+    """Why the manifest in the open run directory ``fd`` is not trusted (None: fine or missing)."""
+    try:
+        st = os.stat(MANIFEST, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot stat {run_dir / MANIFEST}: {exc.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{run_dir / MANIFEST} is a symbolic link (never followed)"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{run_dir / MANIFEST} is not a regular file (a FIFO, device, socket or directory)"
+    return _mode_problem(run_dir / MANIFEST, st)
+
+
+def untrusted_manifest(run_dir: Path) -> str | None:
+    """Why the manifest of ``run_dir`` is not to be acted on: the directory is a symlink, it or the
+    manifest is not owned by this user (or root), or is writable by others than its owner (and this
+    user's group), or the manifest is not a regular file: cleanup runs as root and kills and removes
+    what a manifest names. None if fine. Looks only at the inodes (``lstat``), reads nothing."""
+    fd, why = _check_dir(run_dir)
+    if fd is None:
+        return why
+    try:
+        return _check_manifest(run_dir, fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class ManifestRead:
+    """What the manifest of one run directory gave: ``scan`` (None: no manifest, or not read) and
+    ``refused`` (why it is not acted on: not trusted, unreadable or damaged)."""
+
+    scan: Scan | None = None
+    refused: str | None = None
+
+
+def read_manifest(run_dir: Path) -> ManifestRead:
+    """The manifest of ``run_dir``, ownership checked *before* it is read (:func:`untrusted_manifest`
+    on the open directory), then read relative to that descriptor with size limits, no symlink, FIFO
+    or device (:meth:`~chaos.manifest.Manifest.scan`). A damaged line refuses the whole manifest."""
+    fd, why = _check_dir(run_dir)
+    if fd is None:
+        return ManifestRead(refused=f"manifest not trusted: {why}")
+    try:
+        why = _check_manifest(run_dir, fd)
+        if why is not None:
+            return ManifestRead(refused=f"manifest not trusted: {why}")
+        try:
+            scan = Manifest.scan(run_dir, dir_fd=fd)
+        except FileNotFoundError:
+            return ManifestRead()
+        except OSError as exc:
+            return ManifestRead(refused=f"manifest not read: {exc}")
+    finally:
+        os.close(fd)
+    if scan.problems:
+        more = f" (and {len(scan.problems) - 3} more)" if len(scan.problems) > 3 else ""
+        return ManifestRead(scan, f"manifest damaged: {'; '.join(scan.problems[:3])}{more}")
+    return ManifestRead(scan)
+
+
+def snapshot(dirs: list[Path], with_docker: bool = True) -> tuple[Facts, Any, list[Any], list[Any], dict[Path, ManifestRead]]:
     """The facts about this machine, after listing what there is (so a run that starts meanwhile made
-    nothing that was listed), plus the docker client and chaos-labelled containers and networks."""
+    nothing that was listed), plus the docker client, chaos-labelled containers and networks, and
+    each run directory's manifest (:func:`read_manifest`: only trusted ones are read). A registry
+    lock counts only with the runner it names running (pid and start time)."""
     client, containers, networks = docker_objects() if with_docker else (None, [], [])
     procs, complete = processes()
     logs, complete_fds = runner_logs(list(procs))
     facts = Facts(procs=procs, runner_logs=logs, complete=complete and complete_fds)
     for reg in registered_runs():
         facts.registry_locked[reg.run_id] = reg.locked
+    reads: dict[Path, ManifestRead] = {}
     for d in dirs:
-        runner = Manifest.runner(d)
-        run_id = str((runner or {}).get("run_id") or d.name)
         facts.extra_run_ids.add(d.name)
+        reads[d] = read = read_manifest(d)
+        if read.scan is None or read.refused is not None:
+            continue
+        runner = read.scan.runner()
         if runner is None:
             continue
-        released = not any(r.kind == "runner" for r in Manifest.read(d))
+        run_id = str(runner.get("run_id") or d.name)
+        released = not any(r.kind == "runner" for r in read.scan.outstanding())
         facts.runs[run_id] = RunRecord(run_id, str(d), runner, released)
         path = runner.get("registry")
-        if path and held(Path(path)):
-            facts.registry_paths_locked.add(str(path))
+        if isinstance(path, str) and held(Path(path)) and pid_alive(facts, runner.get("pid"), runner.get("start")):
+            facts.registry_paths_locked.add(path)
     facts.labelled = [lab for obj in [*containers, *networks] if (lab := labelled_of(obj)) is not None]
-    return facts, client, containers, networks
+    return facts, client, containers, networks, reads
 
 
 # -- machine resources -------------------------------------------------------------------------------
@@ -269,10 +357,11 @@ def netns_inode(name: str) -> int | None:
 def mount_run(mountpoint: str) -> str | None:
     """The run whose directory holds ``mountpoint`` (``<run dir>/checkpoints``), if it looks like one."""
     parent = Path(mountpoint).parent
-    if (parent / MANIFEST).exists() or (parent / RUNNER_LOG).exists():
+    if os.path.lexists(parent / MANIFEST) or os.path.lexists(parent / RUNNER_LOG):
         return parent.name
     return None
 
 
-__all__ = ["NETNS_DIR", "RUNNER_LOG", "docker_objects", "host_chains", "labelled_of", "links", "mount_run",
-           "namespaces", "netns_inode", "processes", "run_dirs", "runner_logs", "snapshot", "untrusted_manifest"]
+__all__ = ["NETNS_DIR", "RUNNER_LOG", "ManifestRead", "docker_objects", "host_chains", "labelled_of", "links",
+           "mount_run", "namespaces", "netns_inode", "processes", "read_manifest", "run_dirs", "runner_logs", "snapshot",
+           "untrusted_manifest"]

@@ -49,25 +49,43 @@ class Outcome:
 
 
 # -- one undo per kind -------------------------------------------------------------------------------
-def _kill_process(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
+def _kill_process(ids: dict[str, Any], docker: Any, run_id: str | None = None,
+                  runner: dict[str, Any] | None = None) -> tuple[str, str]:
+    """Kill the process ``ids`` names (pid and start) if, looked at again now, it is still the run
+    ``run_id``'s: this user's or root's, carrying that ``CHAOS_RUN_ID`` (never another run's), or,
+    without one, a delayer / disk filesystem whose ``--parent-pid`` is ``runner``'s pid or no longer
+    runs (a live parent other than the runner is another owner's)."""
     pid, start = int(ids["pid"]), ids.get("start")
     if not same_process(pid, start):
         return GONE, f"pid {pid} is gone"
     try:
         leader = psutil.Process(pid)
+        uid = leader.uids().real
         env = leader.environ()
         cmd = leader.cmdline()
     except (psutil.Error, OSError):
         return GONE, f"pid {pid} is gone"
-    run_id = env.get("CHAOS_RUN_ID") or ids.get("run_id")
-    if not env.get("CHAOS_RUN_ID") and not any(m in cmd for m in ("chaos.net.delayer", "chaos.disk.fs")):
-        return KEPT, f"pid {pid} carries no CHAOS_RUN_ID and is no delayer or disk filesystem: not ours"
+    if uid not in (os.geteuid(), 0):
+        return KEPT, f"pid {pid} runs as uid {uid}, not as this user or root: never another user's"
+    carried = env.get("CHAOS_RUN_ID")
+    run_id = run_id or ids.get("run_id")
+    if carried and run_id and carried != run_id:
+        return KEPT, f"pid {pid} carries CHAOS_RUN_ID {carried}, not {run_id}: never another run's process"
+    if not carried:
+        if not any(m in cmd for m in ("chaos.net.delayer", "chaos.disk.fs")):
+            return KEPT, f"pid {pid} carries no CHAOS_RUN_ID and is no delayer or disk filesystem: not ours"
+        parent = _parent_of(cmd)
+        want = (runner or {}).get("pid")
+        if parent is None or (parent != want and same_process(parent, None)):
+            return KEPT, (f"pid {pid}'s --parent-pid {parent} runs and is not run {run_id}'s runner (pid {want}): "
+                          "another owner's, alive")
     group = [leader]
     pgid = ids.get("pgid")
     if pgid == pid:  # a group it leads: its members that carry the same run (never anyone else's)
         for p in psutil.process_iter(["pid"]):
             try:
-                if p.pid != pid and os.getpgid(p.pid) == pgid and run_id and p.environ().get("CHAOS_RUN_ID") == run_id:
+                if p.pid != pid and os.getpgid(p.pid) == pgid and run_id and p.uids().real == uid \
+                        and p.environ().get("CHAOS_RUN_ID") == run_id:
                     group.append(p)
             except (psutil.Error, OSError):
                 continue
@@ -97,9 +115,21 @@ def _kill_process(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
     return REMOVED, f"{how} pid {pid}" + (f" and {len(group) - 1} of its group" if len(group) > 1 else "")
 
 
-def _unmount(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
-    from chaos.disk.unmount import undo_mount
+def _parent_of(cmd: list[str]) -> int | None:
+    for i, a in enumerate(cmd):
+        if a == "--parent-pid" and i + 1 < len(cmd) and cmd[i + 1].isdigit():
+            return int(cmd[i + 1])
+        if a.startswith("--parent-pid=") and a[13:].isdigit():
+            return int(a[13:])
+    return None
 
+
+def _unmount(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
+    from chaos.disk.unmount import foreign_mount, undo_mount
+
+    why = foreign_mount(os.path.realpath(str(ids["mountpoint"])))
+    if why is not None:
+        return KEPT, f"not ours to undo: {why}"
     done = undo_mount(str(ids["mountpoint"]), ids.get("backing"))
     if done.get("error"):
         return FAILED, str(done["error"])
@@ -361,6 +391,8 @@ def undo(plan: Plan, dry_run: bool = False, docker: Any = None) -> list[Outcome]
                 status, detail = KEPT, why_not
             elif item.kind == "image":
                 status, detail = _image(item.ids, docker, busy)
+            elif item.kind == "process":
+                status, detail = _kill_process(item.ids, docker, item.run_id, plan.runners.get(item.run_id or ""))
             elif item.kind in UNDO:
                 status, detail = UNDO[item.kind](item.ids, docker)
             else:

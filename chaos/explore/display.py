@@ -41,8 +41,8 @@ class ExploreDisplay:
         if explorer.max_minutes is not None:
             budget += (" or " if budget else "") + f"{explorer.max_minutes:g} min"
         self.console.print(f"[bold]explore[/] {escape(explorer.base.name)}: seed {explorer.seed}, faults "
-                           f"{', '.join(explorer.kinds)}, at most {explorer.max_faults} per schedule, budget {budget}, "
-                           f"shrink ≤ {explorer.shrink_runs} runs; checks held: {', '.join(explorer.held)}")
+                           f"{escape(', '.join(explorer.kinds))}, at most {explorer.max_faults} per schedule, budget {budget}, "
+                           f"shrink ≤ {explorer.shrink_runs} runs; checks held: {escape(', '.join(explorer.held))}")
         if explorer.reference_note:
             self.console.print(f"  reference: {escape(explorer.reference_note)}", highlight=False)
         self._refresh()
@@ -58,9 +58,9 @@ class ExploreDisplay:
 
     def example_done(self, example: Example) -> None:
         if example.failing:
-            outcome = f"[red]FAILED[/] {', '.join(example.failed)}"
+            outcome = f"[red]FAILED[/] {escape(', '.join(example.failed))}"
         elif example.unknown:
-            outcome = f"[yellow]ok[/] (unknown: {', '.join(example.unknown)})"
+            outcome = f"[yellow]ok[/] (unknown: {escape(', '.join(example.unknown))})"
         else:
             outcome = "[green]ok[/]"
         self.console.print(f"  #{example.index:<3} {example.phase:<8} {example.seconds:5.1f}s  {outcome}  "
@@ -105,7 +105,8 @@ def print_explore_result(console: Console, result: ExploreResult) -> None:
         console.print(f"  - {escape(line)}", highlight=False)
     for v in result.minimal.result.verdicts:
         if v.status != "ok":
-            console.print(f"  {v.check}: [red]{v.status.upper()}[/] — {escape(v.explanation)}", highlight=False)
+            console.print(f"  {escape(v.check)}: [red]{escape(v.status.upper())}[/] — {escape(v.explanation)}",
+                          highlight=False)
     console.print(f"failing run's report: {escape(str(result.minimal.result.run_dir / 'report.html'))}", highlight=False)
     console.print(f"scenario written: {escape(str(result.scenario_path))}", highlight=False)
     console.print(f"replay: [bold]{escape(str(result.replay_command()))}[/]", highlight=False)

@@ -34,6 +34,7 @@ from chaos.history import Event, load_journal
 from chaos.paths import cache_dir, default_runs_dir
 from chaos.run.reference import ReferenceCache, reference_key
 from chaos.run.runner import preflight, reference_run, run_scenario
+from chaos.safedir import ensure_runs_dir
 from chaos.scenario import CheckSpec, Scenario
 from chaos.strategies.families import KINDS, resolve
 from chaos.strategies.schedules import Schedule, schedules
@@ -119,7 +120,8 @@ class Explorer:
     def run(self) -> ExploreResult:
         """Search, shrink, write the minimal failing scenario. KeyboardInterrupt if interrupted."""
         self._preflight()
-        self.out_dir.mkdir(parents=True, exist_ok=False)
+        ensure_runs_dir(self.out_dir.parent)  # checked before anything is made (RunsDirError: exit 2)
+        self.out_dir.mkdir(exist_ok=False)
         self.shape = self._observed_shape()
         self._t0 = time.time()  # the budget counts from here, after the reference run
         strategy = schedules(self.shape, max_faults=self.max_faults, families=self.families)

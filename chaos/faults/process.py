@@ -2,17 +2,19 @@
 ``pause`` a rank or a whole node; ``node-crash`` and ``node-restart``.
 
 Pids in the journal are the workers' own (what their events and torchrun's log name); signals go to
-the host pids the backend resolves them to (containers have their own pid namespace).
+the host pids the backend resolves them to (containers have their own pid namespace), only among the
+run's own processes (:mod:`chaos.worker_table`), and only while each is still the process resolved
+then (same start time, checked through a pidfd just before the signal: no pid-reuse gap).
 """
 
 from __future__ import annotations
 
-import os
 import signal
 from typing import Any
 
 import psutil
 
+from chaos.backends.procs import signal_process
 from chaos.errors import ChaosError
 from chaos.faults.base import FaultEnv, SpecFault
 from chaos.scenario import KillFault, NodeCrashFault, NodeRestartFault, PauseFault
@@ -22,12 +24,17 @@ KILL_WAIT_S = 5.0
 
 def _select_workers(env: FaultEnv, rank: int | None, node: int | None) -> dict[int, tuple[int, int]]:
     """host pid → (worker pid, rank) of the live workers a selector names."""
+    return {host: (pid, r) for host, (pid, r, _) in _select_with_starts(env, rank, node).items()}
+
+
+def _select_with_starts(env: FaultEnv, rank: int | None, node: int | None) -> dict[int, tuple[int, int, float | None]]:
+    """host pid → (worker pid, rank, start time of the host process) of the live workers a selector names."""
     out = {}
     for w in env.workers.live():
         if (rank is not None and w.rank == rank) or (node is not None and w.node == node):
             host = env.workers.host_pid(w)
             if host is not None:
-                out[host] = (w.pid, w.rank)
+                out[host] = (w.pid, w.rank, w.start)
     return out
 
 
@@ -71,14 +78,16 @@ class Kill(SpecFault):
             # it, keeping its exit code
             env.backend.signal_agent(self.spec.select.agent, signum, KILL_WAIT_S)
             return {**base, "still_alive": [p for p in targets if env.backend.agent_pid(self.spec.select.agent) == p]}
+        starts = {h: start for h, (_, _, start) in _select_with_starts(env, self.spec.select.rank,
+                                                                     self.spec.select.node).items()}
         procs = []
         for host in targets:
             try:
                 proc = psutil.Process(host)
-                os.kill(host, signum)
-                procs.append(proc)
-            except (ProcessLookupError, psutil.NoSuchProcess):
+            except psutil.NoSuchProcess:
                 continue
+            if host in starts and signal_process(host, starts[host], signum):
+                procs.append(proc)
         _, alive = psutil.wait_procs(procs, timeout=KILL_WAIT_S)
         return {**base, "host_pids": sorted(targets), "still_alive": sorted(targets[p.pid][0] for p in alive)}
 
@@ -94,7 +103,7 @@ class Pause(SpecFault):
     def __init__(self, spec: PauseFault, fault_id: str) -> None:
         super().__init__(spec, fault_id)
         self.spec: PauseFault = spec
-        self._stopped: list[int] = []  # host pids we stopped
+        self._stopped: list[tuple[int, float | None]] = []  # (host pid, its start time) of what we stopped
         self._node_frozen = False
 
     def ranks(self, env: FaultEnv) -> set[int] | None:
@@ -123,17 +132,14 @@ class Pause(SpecFault):
             self._node_frozen = True
             return {"node": sel.node, "ranks": env.workers.ranks_of_node(sel.node), "frozen": done,
                     "duration_s": self.spec.duration_s}
-        targets = _select_workers(env, sel.rank, None)
+        targets = _select_with_starts(env, sel.rank, None)
         if not targets:
             raise ChaosError(f"pause: no live process for {sel.describe()}")
-        for host in targets:
-            try:
-                os.kill(host, signal.SIGSTOP)
-                self._stopped.append(host)
-            except ProcessLookupError:
-                continue
-        return {"signal": "SIGSTOP", "pids": sorted(p for p, _ in targets.values()), "host_pids": sorted(targets),
-                "ranks": sorted(r for _, r in targets.values()), "duration_s": self.spec.duration_s}
+        for host, (_, _, start) in targets.items():
+            if signal_process(host, start, signal.SIGSTOP):
+                self._stopped.append((host, start))
+        return {"signal": "SIGSTOP", "pids": sorted(p for p, _, _ in targets.values()), "host_pids": sorted(targets),
+                "ranks": sorted(r for _, r, _ in targets.values()), "duration_s": self.spec.duration_s}
 
     def heal(self, env: FaultEnv) -> dict[str, Any] | None:
         if self._node_frozen and self.spec.select.node is not None:
@@ -141,13 +147,7 @@ class Pause(SpecFault):
             return {"thawed": env.backend.thaw_node(self.spec.select.node)}
         if not self._stopped:
             return None
-        resumed = []
-        for host in self._stopped:
-            try:
-                os.kill(host, signal.SIGCONT)
-                resumed.append(host)
-            except ProcessLookupError:
-                continue
+        resumed = [host for host, start in self._stopped if signal_process(host, start, signal.SIGCONT)]
         self._stopped = []
         return {"signal": "SIGCONT", "host_pids": resumed}
 

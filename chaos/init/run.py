@@ -19,6 +19,7 @@ from typing import Any
 from chaos.errors import ChaosError
 from chaos.init.files import Candidate, DirWatch, Seen, checkpoints
 from chaos.init.lines import LineProposal, propose, read_rank_lines
+from chaos.safedir import ensure_runs_dir
 from chaos.scenario.command import CommandError, parse_command
 
 NOTHING = "{run_dir}/.chaos-init-watches-no-file"  # blackbox.checkpoints of the learning run: no file tests
@@ -140,7 +141,7 @@ def learn(words: list[str], *, backend: str = "local", runs_dir: Path | None = N
     scenario = learning_scenario(words, script, nproc, restarts, backend, timeout_s, cwd)
     # a directory of its own for the run, so that the watch sees the run directory from its first file
     if runs_dir is not None:
-        Path(runs_dir).mkdir(parents=True, exist_ok=True)
+        ensure_runs_dir(Path(runs_dir))  # checked before anything is made (RunsDirError: exit 2)
     runs = Path(tempfile.mkdtemp(prefix="chaos-init-", dir=runs_dir))
     work = _work_dir(scenario)
     watch = DirWatch([(runs, True)] + ([(work, False)] if work is not None else []))

@@ -15,6 +15,7 @@ from typing import Any
 from chaos.errors import ChaosError
 from chaos.load.loader import load_scenario, scenario_from_dict
 from chaos.scenario import NodesSpec, Scenario
+from chaos.scenario.base import short
 
 # top-level fields that can be set alone: no rule but the field's own and deadline_problems reads them
 ONE_FIELD = ("name", "description", "deadline_s")
@@ -100,25 +101,28 @@ def parse_set(item: str) -> tuple[list[str], Any]:
     """``KEY=VALUE`` of ``--set``: the dotted key's parts and the value parsed as YAML (``5`` is a
     number, ``[a, b]`` a list, ``null`` none). Raises :class:`~chaos.errors.ScenarioError` naming the
     item and the fix for a malformed item or a key that names no scenario field."""
-    import yaml
-
     from chaos.errors import ScenarioError
+    from chaos.load.parse import parse_yaml
     from chaos.load.schema import field_problem
 
     key, eq, text = item.partition("=")
     key = key.strip()
     parts = key.split(".")
     if not eq or not key or not all(parts):
-        raise ScenarioError([f"--set {item!r} must be KEY=VALUE with a dotted KEY; use e.g. --set backend.kind=docker "
+        raise ScenarioError([f"--set {short(item)} must be KEY=VALUE with a dotted KEY; use e.g. --set backend.kind=docker "
                              "or --set schedule.0.trigger.at_step=5"])
-    problem = field_problem(parts)
+    problem = f"the key is {len(key):,} characters long, longer than any field's path" if len(key) > 200 \
+        else field_problem(parts)
     if problem:
-        raise ScenarioError([f"--set {item!r}: {problem}"])
+        raise ScenarioError([f"--set {short(item)}: {problem}"])
     try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError as exc:
-        raise ScenarioError([f"--set {item!r}: the value is not valid YAML ({exc}); quote it, e.g. "
-                             f"--set '{key}=\"...\"'"]) from None
+        value = parse_yaml(text, what="the value")[0] if text.strip() else None
+    except ScenarioError as exc:
+        why = "; ".join(exc.problems)
+        why = f"is not valid YAML ({why.removeprefix('not valid YAML: ')})" if why.startswith("not valid YAML") \
+            else f"is refused ({why})"
+        raise ScenarioError([f"--set {short(item)}: the value {why}; fix it or quote "
+                             f"it, e.g. --set '{short(key)[1:-1]}=\"...\"'"]) from None
     return parts, value
 
 
@@ -131,15 +135,15 @@ def _assign(data: Any, parts: list[str], value: Any, item: str) -> None:
         at = ".".join(parts[:i + 1])
         if isinstance(node, list):
             if not part.isdigit() or int(part) >= len(node):
-                raise ScenarioError([f"--set {item!r}: {at} is past the end of {'.'.join(parts[:i])} "
+                raise ScenarioError([f"--set {short(item)}: {at} is past the end of {'.'.join(parts[:i])} "
                                      f"({len(node)} item(s)); use an index in 0..{len(node) - 1}" if node else
-                                     f"--set {item!r}: {'.'.join(parts[:i])} is empty; add its items in the "
+                                     f"--set {short(item)}: {'.'.join(parts[:i])} is empty; add its items in the "
                                      "scenario file"])
             index: Any = int(part)
         elif isinstance(node, dict):
             index = part
         else:
-            raise ScenarioError([f"--set {item!r}: {'.'.join(parts[:i])} is {node!r}, not a mapping; set it whole, "
+            raise ScenarioError([f"--set {short(item)}: {'.'.join(parts[:i])} is {short(node)}, not a mapping; set it whole, "
                                  f"e.g. --set {'.'.join(parts[:i])}={{...}}"])
         if i == len(parts) - 1:
             node[index] = value
@@ -151,14 +155,14 @@ def _assign(data: Any, parts: list[str], value: Any, item: str) -> None:
 
 def _raw_data(scenario: Scenario) -> Any:
     """The scenario's data as its file has it (shorthands, omitted defaults), else :meth:`Scenario.to_data`."""
-    import yaml
+    from chaos.load.parse import parse_yaml, read_scenario_text
 
     if scenario.source is not None:
         try:
-            data = yaml.safe_load(scenario.source.read_text(encoding="utf-8"))
+            data = parse_yaml(read_scenario_text(scenario.source), str(scenario.source))[0]
             if isinstance(data, dict) and scenario_from_dict(data, source=scenario.source) == scenario:
                 return data
-        except (OSError, yaml.YAMLError, ValueError, ChaosError):
+        except (ValueError, ChaosError):
             pass
     return scenario.to_data()
 

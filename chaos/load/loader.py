@@ -15,31 +15,35 @@ from pydantic import ValidationError
 
 from chaos.errors import ScenarioError
 from chaos.kinds import KIND_NAMES, row
+from chaos.load.parse import NOT_FINITE, data_problems, parse_yaml, read_scenario_text
 from chaos.load.schema import suggestion
 from chaos.plugins import check_plugin_errors, fault_names
 from chaos.scenario import ARG_PLACEHOLDERS, Scenario
+from chaos.scenario.base import short
 from chaos.scenario.blackbox import MISSING_HINTS
+from chaos.scenario.fscheck import is_file
+from chaos.scenario.placeholders import placeholder_problem
 from chaos.scenario.target_env import target_env_problems
 from chaos.scenario.validate_blackbox import blackbox_problems
 
 BACKEND_NAMES = ("local", "netns", "docker")
+MAX_PROBLEM_CHARS = 2000  # longest problem line (a value in it is cut at 200 characters already)
+
+
+def _at(node: Any, loc: tuple[Any, ...]) -> str:
+    line = _line_of(node, loc)
+    return f"line {line}: " if line else ""
 
 
 def load_scenario(path: str | Path) -> Scenario:
     """Load and fully validate the scenario file at ``path``.
 
-    Raises :class:`~chaos.errors.ScenarioError` listing every problem (file and line included).
+    Raises :class:`~chaos.errors.ScenarioError` listing every problem (file and line included), also
+    for a file that is not a regular UTF-8 file of at most 8 MiB, or YAML whose shape chaos refuses
+    (see :mod:`chaos.load.parse`).
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError([f"cannot read the scenario file: {exc.strerror}; check the path"], str(path)) from exc
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError([f"not valid YAML: {exc}"], str(path)) from exc
+    data, root = parse_yaml(read_scenario_text(path), str(path))
     return scenario_from_dict(data, source=path, _node=root)
 
 
@@ -53,13 +57,18 @@ def scenario_from_dict(data: Any, source: str | Path | None = None, _node: Any =
     if not isinstance(data, dict):
         raise ScenarioError(["the scenario must be a mapping with at least `name` and `target`"], src)
     base_dir = Path(source).resolve().parent if source is not None else Path.cwd()
-    problems = semantic_problems(data, base_dir, _node)
+    shape = data_problems(data, lambda loc: _at(_node, loc))
+    if any(not p.endswith(NOT_FINITE) for p in shape):
+        raise ScenarioError(shape, src)  # too deep, endless, too large or a NUL: no other walker sees it
+    problems = shape + semantic_problems(data, base_dir, _node)
     try:
         scenario = Scenario.model_validate(data)
-    except ValidationError as exc:
-        problems += describe_errors(exc, data, _node)
+    except ValidationError as exc:  # non-finite floats: said once above, for every field (union members too)
+        problems += [p for err, p in zip(exc.errors(), describe_errors(exc, data, _node), strict=True)
+                     if not (shape and err["type"] == "finite_number")]
     if problems:
-        raise ScenarioError(sort_problems(problems), src)
+        raise ScenarioError([p if len(p) <= MAX_PROBLEM_CHARS else p[:MAX_PROBLEM_CHARS - 3] + "..."
+                             for p in sort_problems(problems)], src)
     if source is not None:
         scenario._source = Path(source).resolve()
     return scenario
@@ -82,27 +91,22 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
     out: list[str] = []
 
     def at(loc: tuple[Any, ...]) -> str:
-        line = _line_of(node, loc)
-        return f"line {line}: " if line else ""
+        return _at(node, loc)
 
     data = _dict(data)
     target, backend = _dict(data.get("target")), _dict(data.get("backend"))
     script = target.get("script")
-    if isinstance(script, str) and not (base_dir / script).is_file():
+    if isinstance(script, str) and not is_file(base_dir / script):
         out.append(
-            f"{at(('target', 'script'))}target.script={script!r} must be an existing file; "
+            f"{at(('target', 'script'))}target.script={short(script)} must be an existing file; "
             f"resolved to {(base_dir / script).resolve()}, which does not exist (paths are relative to the scenario file)"
         )
     for key in ("args", "command"):
         args = target.get(key)
         for i, arg in enumerate(args if isinstance(args, list) else []):
-            try:
-                str(arg).format(**{k: "" for k in ARG_PLACEHOLDERS})
-            except (KeyError, IndexError, ValueError) as exc:
-                out.append(
-                    f"{at(('target', key, i))}target.{key}[{i}]={arg!r} has an unknown placeholder {exc}; "
-                    f"use one of {{{'}, {'.join(ARG_PLACEHOLDERS)}}} (double the braces for a literal brace)"
-                )
+            problem = placeholder_problem(arg, ARG_PLACEHOLDERS) if isinstance(arg, str) else None
+            if problem:
+                out.append(f"{at(('target', key, i))}target.{key}[{i}]={short(arg)} {problem}")
     out += blackbox_problems(data, base_dir, at)
     out += target_env_problems(data, base_dir, at)
     steps = _int(target.get("steps"))
@@ -118,7 +122,7 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
         fault_name = fault.get("fault")
         if row(fault_name).network and kind == "local":
             out.append(
-                f"{at(loc + ('fault',))}schedule[{i}].fault={fault_name!r} needs nodes with a network of their own, "
+                f"{at(loc + ('fault',))}schedule[{i}].fault={short(fault_name)} needs nodes with a network of their own, "
                 "which backend.kind='local' does not have; use backend: {kind: netns} (root) or {kind: docker}"
             )
         node_fields: list[tuple[tuple[Any, ...], Any]] = [(("node",), fault.get("node"))]
@@ -182,7 +186,7 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
             hint = difflib.get_close_matches(name, CHECKS, n=1)
             use = f"did you mean {hint[0]!r}? " if hint else ""
             broken = "".join(f"; {exc}" for exc in check_plugin_errors())  # a check plugin that failed to load
-            out.append(f"{at(('checks', i))}checks[{i}]={name!r} is not a known check; {use}"
+            out.append(f"{at(('checks', i))}checks[{i}]={short(name)} is not a known check; {use}"
                        f"use one of: {', '.join(sorted(CHECKS))}{broken}")
         elif isinstance(params, dict):
             problem = CHECKS[name].param_problem(params)
@@ -238,7 +242,7 @@ def _describe(err: Any, node: Any, data: Any) -> str:
         hint = difflib.get_close_matches(str(given), known, n=1)
         use = f"did you mean {hint[0]!r}? " if hint else ""
         what = "fault" if tag == "fault" else "backend"
-        return f"{where}{sub}={given!r} is not a known {what}; {use}use one of: {', '.join(known)}"
+        return f"{where}{sub}={short(given)} is not a known {what}; {use}use one of: {', '.join(known)}"
     if kind == "union_tag_not_found":
         tag = err["ctx"]["discriminator"].strip("'")
         known = KIND_NAMES + fault_names() if tag == "fault" else BACKEND_NAMES
@@ -246,6 +250,10 @@ def _describe(err: Any, node: Any, data: Any) -> str:
     if kind == "fault_plugin":  # a chaos.faults plugin that failed to load (chaos.scenario.plugin_faults)
         return f"line {_line_of(node, clean + ('fault',))}: {field}.fault: {err['msg']}" if line else \
             f"{field}.fault: {err['msg']}"
+    if kind == "invalid_key":
+        owner = _fmt_loc(clean[:-1]) or "the scenario"
+        return (f"{where}{owner} has the key {short(clean[-1])}, which is not a field name (a string); remove it, "
+                "or quote it if it is a name")
     if kind == "missing":
         return f"{where}{field} is missing; add it{MISSING_HINTS.get(field, '')}"
     if kind == "extra_forbidden":
@@ -254,12 +262,12 @@ def _describe(err: Any, node: Any, data: Any) -> str:
         return (f"{where}{field} is not a field{(' of ' + _fmt_loc(parent)) if parent else ''}; "
                 + (f"did you mean {near.rsplit('.', 1)[-1]!r}? " if near else "") + "remove it or fix its spelling")
     if kind == "literal_error":
-        return f"{where}{field}={value!r} must be {err['ctx']['expected']}; use one of those instead"
+        return f"{where}{field}={short(value)} must be {err['ctx']['expected']}; use one of those instead"
     if kind == "value_error":
         msg = err["msg"].removeprefix("Value error, ")
         return f"{where}{field or 'scenario'}: {msg}"
     if kind == "string_pattern_mismatch":
-        return (f"{where}{field}={value!r} must be letters, digits, '-', '_' or '.', starting with a letter "
+        return (f"{where}{field}={short(value)} must be letters, digits, '-', '_' or '.', starting with a letter "
                 f"or digit; use a name like 'kill-worker'")
     ctx = err.get("ctx") or {}
     simple = {
@@ -269,11 +277,16 @@ def _describe(err: Any, node: Any, data: Any) -> str:
         "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
         "greater_than": f"greater than {ctx.get('gt')}", "greater_than_equal": f"at least {ctx.get('ge')}",
         "less_than": f"less than {ctx.get('lt')}", "less_than_equal": f"at most {ctx.get('le')}",
+        "finite_number": NOT_FINITE.split(";")[0].removeprefix("must be "),
+        "string_too_long": f"at most {ctx.get('max_length')} characters long",
     }
+    if len(clean) >= 2 and clean[-1] == "[key]":  # a mapping's key of the wrong type (target.env: {1: x})
+        return (f"{where}{_fmt_loc(clean[:-2]) or 'the scenario'} has the key {short(clean[-2])}, which must be "
+                f"{simple.get(kind, 'valid')}; quote it")
     if kind in simple:
-        return f"{where}{field}={value!r} must be {simple[kind]}; use such a value instead"
+        return f"{where}{field}={short(value)} must be {simple[kind]}; use such a value instead"
     msg = err["msg"][0].lower() + err["msg"][1:]
-    return f"{where}{field}={value!r} is invalid: {msg}"
+    return f"{where}{field}={short(value)} is invalid: {msg[:500]}"
 
 
 def _clean_loc(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:

@@ -10,9 +10,12 @@ verdict. Then :func:`chaos.verdicts.conclude.conclude` judges the merged history
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,7 +26,7 @@ from chaos.backends import LaunchSpec, make_backend
 from chaos.checks import Reference
 from chaos.checks.base import REFERENCE_DISABLED
 from chaos.checks.needs import needs_of
-from chaos.errors import ScenarioError
+from chaos.errors import RunsDirError, ScenarioError
 from chaos.faults import FaultEnv
 from chaos.history import Event, EventTail, RunnerLog, merge_run_dir
 from chaos.manifest import Manifest, process_start, register_run
@@ -42,6 +45,7 @@ from chaos.verdicts.result import RunResult
 from chaos.worker_table import WorkerTable
 
 POLL_S = 0.02
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 Observer = Callable[[Event], None]
 
 
@@ -135,13 +139,18 @@ class _Run:
         self.deadline_s = deadline_s
         self.report = report
         self.run_id, self.run_dir = make_run_dir(runs_dir, scenario.name)
-        for sub in ("events", "control", "checkpoints", "logs"):
-            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
-        dump_scenario(scenario, self.run_dir / "scenario.yaml")
-        self.log = RunnerLog(self.run_dir / "runner.jsonl")
+        try:
+            for sub in ("events", "control", "checkpoints", "logs"):
+                (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+            dump_scenario(scenario, self.run_dir / "scenario.yaml")
+            self.log = RunnerLog(self.run_dir / "runner.jsonl")
+        except OSError as exc:  # a full disk: no half-made run directory stays behind
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise RunsDirError(f"runs directory {runs_dir}: cannot write a run directory there ({exc.strerror}); "
+                               "nothing was started; free some space there or give --runs-dir another disk") from exc
         self.manifest = Manifest(self.run_dir)  # what the run sets up, for chaos cleanup after a crash
         self.backend = make_backend(scenario.backend, self.run_id, self.run_dir, self.log)
-        self.workers = WorkerTable(resolve=self.backend.host_pid)
+        self.workers = WorkerTable(resolve=self.backend.host_pid, refused=self._refused_claim)
         box = scenario.blackbox
         self.env = FaultEnv(self.backend, self.workers, self.run_id, checkpoint_dir=str(self.run_dir / "checkpoints"),
                             checkpoint_globs=[resolve_pattern(p, self.run_dir, scenario.work_dir(self.run_dir))
@@ -163,6 +172,13 @@ class _Run:
         self.watcher = (CheckpointWatcher(self.run_dir / "checkpoints", self.log)
                         if self.needs.checkpoint_watch else None)
         self._last_event: dict[int, float] = {}  # id(worker) → time of its newest event
+
+    def _refused_claim(self, event: Event) -> None:
+        """A start event named a live pid that is not one of the run's processes: never signalled."""
+        self._notify([self.log.record(
+            "pid_claim_refused", rank=event.get("rank"), node=event.get("node"), pid=event.get("pid"),
+            reason="an event named a pid that is not one of the run's processes "
+                                           "(not under the node's agent with this run's id); it is never signalled")])
 
     def _notify(self, events: list[Event]) -> None:
         if self.observer is None:
@@ -264,6 +280,7 @@ class _Run:
         t_start = time.time()
         status = "completed"
         signame: str | None = None
+        disk_full: OSError | None = None
         handlers = install_handlers()
         registration = register_run(self.run_id, self.run_dir)  # machine-wide, locked while this runner lives
         runner = self.manifest.add("runner", pid=os.getpid(), start=process_start(os.getpid()), run_id=self.run_id,
@@ -309,6 +326,12 @@ class _Run:
         except Interrupted as exc:
             status, signame = "interrupted", exc.signame
             self._notify([self.log.record("interrupted", signal=exc.signame)])
+        except OSError as exc:
+            if exc.errno not in DISK_FULL:
+                raise
+            disk_full = exc  # a write of the runner's own failed (the manifest): stop, tear down, say so
+            status = "disk_full"
+            self.log.record("disk_full", error=str(exc))
         finally:
             ignore_signals()
             try:
@@ -326,12 +349,24 @@ class _Run:
                 self.nemesis.finish(self.max_step)
                 self.log.record("run_end", status=status)
                 self.log.close()
-                self.manifest.release("runner", **runner)
+                with contextlib.suppress(OSError):  # a full disk: the entry stays; cleanup sees the runner gone
+                    self.manifest.release("runner", **runner)
             finally:
                 if registration is not None:  # this runner is done with the run, whatever is left of it
                     registration.release()
-                restore_handlers(handlers)
-        events = merge_run_dir(self.run_dir)
-        return conclude(s, self.run_id, self.run_dir, status, events, ref, note, time.time() - t_start, signame,
-                        report=self.report)
+        try:  # signals stay ignored until result.json is written: every run that ends writes its result
+            if disk_full is not None:
+                raise disk_full
+            events = merge_run_dir(self.run_dir)
+            return conclude(s, self.run_id, self.run_dir, status, events, ref, note, time.time() - t_start, signame,
+                            report=self.report)
+        except OSError as exc:
+            if exc.errno not in DISK_FULL:
+                raise
+            raise RunsDirError(
+                f"run directory {self.run_dir}: the disk is full ({exc.strerror}); the job was stopped and "
+                f"torn down; what was recorded is kept (runner.jsonl, events/, logs/): free some space there "
+                f"and run `chaos report --merge {self.run_dir}` to write the journal, verdicts and report") from exc
+        finally:
+            restore_handlers(handlers)
 

@@ -1,5 +1,7 @@
 """SIGINT and SIGTERM during a run: raised in the runner as :class:`Interrupted`, so teardown runs on
-every exit path; ignored while it does; forked helpers that inherited the handler just die."""
+every exit path; ignored from the first one on (a second Ctrl-C while the runner tears down, merges
+the journal and writes ``result.json`` is dropped, not raised), until the runner restores the old
+handlers after the result is written; forked helpers that inherited the handler just die."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ def _raise(signum: int, frame: Any) -> None:
         # a forked helper (pyroute2 forks to enter namespaces) inherited the handler: it is not the
         # runner and must not run the runner's teardown; die as the signal would have killed it
         os._exit(128 + signum)
+    ignore_signals()  # no second Interrupted (or KeyboardInterrupt) while the runner winds down
     raise Interrupted(signal.Signals(signum).name)
 
 

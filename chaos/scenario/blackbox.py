@@ -13,6 +13,9 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from chaos.scenario.base import short
+from chaos.scenario.placeholders import placeholder_problem
+
 QUIET_S = 0.5  # still this long, a file's next change is a new rewrite (a pause inside one save is shorter)
 
 # named groups a progress regex may capture: a counter (step or epoch, whole numbers) and the loss
@@ -32,7 +35,7 @@ def compile_regex(value: str) -> re.Pattern[str]:
     try:
         return re.compile(value)
     except re.error as exc:
-        raise ValueError(f"{value!r} is not a valid regular expression ({exc}); fix the pattern (in YAML, "
+        raise ValueError(f"{short(value)} is not a valid regular expression ({exc}); fix the pattern (in YAML, "
                          "single-quote it so that backslashes stay as written)") from None
 
 
@@ -47,10 +50,10 @@ def _counter_regex(value: str, allowed: tuple[str, ...]) -> str:
         if name not in allowed:
             near = difflib.get_close_matches(name, allowed, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise ValueError(f"{value!r} has the named group (?P<{name}>...), which chaos does not read; name "
+            raise ValueError(f"{short(value)} has the named group (?P<{name}>...), which chaos does not read; name "
                              f"groups {', '.join(allowed)}{hint}, or use an unnamed group (...)")
     if not set(COUNTER_GROUPS) & set(groups):
-        raise ValueError(f"{value!r} captures no step or epoch number; name the group that holds it, e.g. "
+        raise ValueError(f"{short(value)} captures no step or epoch number; name the group that holds it, e.g. "
                          r"'Epoch (?P<epoch>\d+)' or 'step (?P<step>\d+)'")
     return value
 
@@ -66,12 +69,15 @@ def _saved_regex(value: str) -> str:
 
 
 def _path_pattern(value: str) -> str:
-    try:
-        value.format(**{k: "" for k in PATH_PLACEHOLDERS})
-    except (KeyError, IndexError, ValueError) as exc:
-        raise ValueError(f"{value!r} has an unknown placeholder {exc}; use {{checkpoint_dir}} or {{run_dir}}, or a "
-                         "path relative to the run's working directory") from None
+    problem = placeholder_problem(value, PATH_PLACEHOLDERS)
+    if problem:
+        raise ValueError(f"{short(value)} {problem}, or a path relative to the run's working directory")
     return value
+
+
+def pattern_ok(value: object) -> bool:
+    """True if ``value`` is a checkpoint path or glob :func:`resolve_pattern` can fill in."""
+    return isinstance(value, str) and placeholder_problem(value, PATH_PLACEHOLDERS) is None
 
 
 Regex = Annotated[str, AfterValidator(_regex)]
@@ -94,7 +100,7 @@ def resolve_pattern(pattern: str, run_dir: Path, cwd: Path | None = None) -> str
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class BlackboxSpec(_Model):
@@ -148,7 +154,7 @@ class BlackboxSpec(_Model):
     @classmethod
     def _has_path(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and not any("{path}" in part for part in value):
-            raise ValueError(f"{value!r} never names the file; put \"{{path}}\" where the checkpoint's path goes")
+            raise ValueError(f"{short(value)} never names the file; put \"{{path}}\" where the checkpoint's path goes")
         return value
 
     @model_validator(mode="after")

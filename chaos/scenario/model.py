@@ -24,7 +24,8 @@ from chaos.scenario.target import TargetSpec, python_of, work_dir_of
 class Scenario(_Model):
     """One experiment: run ``target`` on ``backend``, apply ``schedule``, judge with ``checks``."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Short name, used in run directories.")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100,
+                      description="Short name, used in run directories.")
     description: str = Field(default="", description="One line saying what the scenario tests (printed with the run).")
     target: TargetSpec = Field(description="The training job under test.")
     backend: BackendSpec = Field(default_factory=LocalBackendSpec, description="Where the nodes live: `kind` local "

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from chaos.scenario.base import _Model
 from chaos.scenario.blackbox import BlackboxSpec
 from chaos.scenario.command import Command, dropped_notes, parse_command
+from chaos.scenario.fscheck import is_dir
 
 # Placeholders a target's ``args`` may use; the runner fills them in.
 ARG_PLACEHOLDERS = ("checkpoint_dir", "run_dir", "steps", "seed", "checkpoint_every", "collective_timeout_s")
@@ -121,6 +122,6 @@ def python_of(python: str, base_dir: Path) -> str:
     if "/" not in python:
         return shutil.which(python) or python
     path = Path(os.path.abspath(base_dir / Path(python).expanduser()))
-    if path.is_dir():
+    if is_dir(path):
         path = path / "bin" / "python"
     return str(path)

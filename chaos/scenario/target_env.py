@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.scenario import python_of, work_dir_of
+from chaos.scenario.fscheck import is_dir
 
 At = Callable[[tuple[Any, ...]], str]
 
@@ -39,7 +40,7 @@ def target_env_problems(data: dict[str, Any], base_dir: Path, at: At) -> list[st
                        "or backend: {kind: local} / {kind: netns}")
         elif cwd != "script":
             path = work_dir_of(cwd, Path("/nonexistent-run"), Path("/"), base_dir)
-            if not path.is_dir():
+            if not is_dir(path):
                 out.append(f"{at(('target', 'cwd'))}target.cwd={cwd!r} must be an existing directory; resolved "
                            f"to {path}, which is not one (paths are relative to the scenario file); use `run`, "
                            "`script` or a directory that exists")

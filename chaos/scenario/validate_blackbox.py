@@ -4,15 +4,15 @@ options agree with the backend, and the schedule uses only what a black-box targ
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from chaos.kinds import row
-from chaos.scenario.blackbox import resolve_pattern
+from chaos.scenario.blackbox import pattern_ok, resolve_pattern
 from chaos.scenario.command import CommandError, conflicts, parse_command
+from chaos.scenario.fscheck import is_file
 
 At = Callable[[tuple[Any, ...]], str]
 
@@ -32,7 +32,7 @@ def command_problems(target: dict[str, Any], backend: dict[str, Any], base_dir: 
         return []  # the model's own validation reports it
     out = []
     where = at(("target", "command"))
-    if not (base_dir / cmd.script).is_file():
+    if not is_file(base_dir / cmd.script):
         out.append(f"{where}target.command names the script {cmd.script!r}, which must be an existing file; resolved "
                    f"to {(base_dir / cmd.script).resolve()}, which does not exist (paths are relative to the "
                    "scenario file)")
@@ -40,22 +40,96 @@ def command_problems(target: dict[str, Any], backend: dict[str, Any], base_dir: 
     return out
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _uses_steps(target: dict[str, Any]) -> bool:
-    words = [*(target.get("command") or []), *(target.get("args") or [])]
-    return any("{steps}" in str(w) for w in words if isinstance(w, str))
+    words = [*_list(target.get("command")), *_list(target.get("args"))]
+    return any("{steps}" in w for w in words if isinstance(w, str))
+
+
+def _module_file(module: str, roots: list[Path]) -> tuple[Path | None, bool]:
+    """Where ``module`` (dotted) would be imported from, looking only at the file system (nothing is
+    imported, so no ``__init__.py`` runs): ``(file, True)`` for a source file or a package's
+    ``__init__.py``, ``(directory or extension, False)`` for a namespace package or a compiled module,
+    ``(None, False)`` if none of ``roots`` has it."""
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    parts = module.split(".")
+    for root in roots:
+        base = root.joinpath(*parts)
+        try:
+            if base.with_name(parts[-1] + ".py").is_file():
+                return base.with_name(parts[-1] + ".py"), True
+            if (base / "__init__.py").is_file():
+                return base / "__init__.py", True
+            for suffix in EXTENSION_SUFFIXES:
+                if base.with_name(parts[-1] + suffix).is_file():
+                    return base.with_name(parts[-1] + suffix), False
+            if base.is_dir() and all(root.joinpath(*parts[:i]).is_dir() for i in range(1, len(parts))):
+                return base, False
+        except OSError:  # a name too long, a path that cannot be looked at
+            continue
+    return None, False
+
+
+def _defines(source: str, name: str) -> bool | None:
+    """Whether module ``source`` defines ``name`` at its top level (None: cannot tell, e.g. ``import *``
+    or a module ``__getattr__``). Raises SyntaxError / ValueError for source that does not parse."""
+    import ast
+
+    body = list(ast.parse(source).body)
+    while body:
+        stmt = body.pop()
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if stmt.name == name:
+                return True
+            if stmt.name == "__getattr__":
+                return None
+        elif isinstance(stmt, ast.Import | ast.ImportFrom):
+            for alias in stmt.names:
+                if alias.name == "*":
+                    return None
+                if (alias.asname or alias.name.split(".")[0]) == name:
+                    return True
+        elif isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
+                return True
+        elif isinstance(stmt, ast.If | ast.Try | ast.With | ast.For | ast.While):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                body.extend(getattr(stmt, field, []))
+        elif isinstance(stmt, ast.ExceptHandler):
+            body.extend(stmt.body)
+    return False
 
 
 def _loadable_function(spec: str, base_dir: Path) -> str | None:
-    """Why ``module:function``'s module cannot be found (None if it can)."""
-    module = spec.split(":", 1)[0]
-    sys.path.insert(0, str(base_dir))
+    """Why ``module:function`` cannot be loaded (None if it looks loadable), found without importing
+    anything: the module's file next to the scenario file (``base_dir``) or on ``sys.path``, and for a
+    source file, a top-level definition of ``function`` in it (read with :mod:`ast`)."""
+    from chaos.readlimit import MIB, read_text
+
+    module, _, function = spec.partition(":")
+    if module in sys.modules or module.split(".")[0] in sys.builtin_module_names:
+        return None
+    roots = [base_dir, *(Path(p) if p else Path.cwd() for p in sys.path if isinstance(p, str))]
+    path, source = _module_file(module, roots)
+    if path is None:
+        return f"no module named {module!r} next to the scenario file or on sys.path"
+    if not source:
+        return None
     try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError) as exc:
-        return f"its module cannot be imported: {exc}"
-    finally:
-        sys.path.remove(str(base_dir))
-    return None if found is not None else f"no module named {module!r} next to the scenario file or on sys.path"
+        defined = _defines(read_text(path, 8 * MIB, follow=True), function)
+    except OSError as exc:
+        return f"its module {path} cannot be read ({exc.strerror})"
+    except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError, MemoryError) as exc:
+        where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
+        return f"its module {path} is not valid Python{where}"
+    if defined is False:
+        return f"{path} defines no {function!r} at its top level"
+    return None
 
 
 def blackbox_problems(data: dict[str, Any], base_dir: Path, at: At) -> list[str]:
@@ -74,7 +148,7 @@ def blackbox_problems(data: dict[str, Any], base_dir: Path, at: At) -> list[str]
                        f"{function!r}: {why}; put the module next to the scenario file or install it")
     patterns = _dict(box).get("checkpoints")
     patterns = [patterns] if isinstance(patterns, str) else patterns if isinstance(patterns, list) else []
-    under_ckpt_dir = all(isinstance(p, str) and resolve_pattern(p, Path("/RUN")).startswith("/RUN/checkpoints/")
+    under_ckpt_dir = all(pattern_ok(p) and resolve_pattern(p, Path("/RUN")).startswith("/RUN/checkpoints/")
                          for p in patterns)
     schedule = data.get("schedule")
     for i, fault in enumerate(schedule if isinstance(schedule, list) else []):

@@ -8,7 +8,9 @@ a ``report_failed`` event. :mod:`chaos.run.rejudge` does the same later from a s
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import traceback
 from pathlib import Path
 
@@ -28,16 +30,32 @@ def conclude(scenario: Scenario, run_id: str, run_dir: Path, status: str, events
              signal: str | None = None, report: bool = True) -> RunResult:
     """Run the scenario's checks over ``events`` and save the outcome in ``run_dir``: ``result.json``,
     ``reference.json`` (if there is a reference) and, if ``report``, the report. Returns the
-    :class:`RunResult`."""
+    :class:`RunResult`. Raises ``OSError`` if ``result.json`` cannot be written (a full disk)."""
     verdicts = judge(events, scenario, reference, reference_note)
     result = RunResult(scenario, run_id, run_dir, status, verdicts, wall_time_s, reference, reference_note, events,
                        signal)
     if reference is not None:
-        (run_dir / REFERENCE_JSON).write_text(json.dumps(reference.to_json(), indent=1))
+        write_whole(run_dir / REFERENCE_JSON, json.dumps(reference.to_json(), indent=1))
     if report:
         render_report(result)
-    (run_dir / RESULT_JSON).write_text(json.dumps(result.to_json(), indent=1, default=str))
+    write_whole(run_dir / RESULT_JSON, json.dumps(result.to_json(), indent=1, default=str))
     return result
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file renamed over it; mode 0666 less
+    the umask, as ``write_text``: neither file echoes ``target.env``). Raises ``OSError`` (a full
+    disk) with no temporary file left behind and ``path`` as it was."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def render_report(result: RunResult) -> bool:

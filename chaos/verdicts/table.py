@@ -33,7 +33,8 @@ def print_result(console: Console, result: RunResult, strict: bool = False) -> N
     verdict counts as a failure (``chaos run --strict``), and the count line says which rule held."""
     console.print(verdict_table(result))
     status = {"completed": "[green]completed[/]", "deadline": "[red]stopped at the deadline[/]",
-              "interrupted": "[yellow]interrupted[/]", "hung": "[red]stopped: the job hung[/]"}.get(result.status, result.status)
+              "interrupted": "[yellow]interrupted[/]", "hung": "[red]stopped: the job hung[/]",
+              }.get(result.status, escape(str(result.status)))  # a stored run's status is the journal's text
     ok = sum(v.ok for v in result.verdicts)
     unknown = len(result.unknown)
     counted = ("" if not unknown else f", {unknown} unknown (counted as failed: --strict)" if strict else
@@ -41,9 +42,13 @@ def print_result(console: Console, result: RunResult, strict: bool = False) -> N
     console.print(f"run {status} in {result.wall_time_s:.1f} s; {ok}/{len(result.verdicts)} checks ok{counted}; "
                   f"{escape(result.reference_note)}")
     console.print(f"run directory: {escape(str(result.run_dir))}")
-    ps = phases(History(result.events))  # step_time's own phases (chaos.checks.speed), whether it was checked or not
-    if ps:
-        console.print(f"step time:     {escape(describe(ps))}")
+    try:  # step_time's own phases (chaos.checks.speed), whether it was checked or not
+        ps = phases(History(result.events))
+    except Exception as exc:  # a stored journal's odd field: a check that raises is unknown, and this line is a note
+        console.print(f"step time:     not computed ({escape(type(exc).__name__)}: {escape(str(exc)[:100])})")
+    else:
+        if ps:
+            console.print(f"step time:     {escape(describe(ps))}")
     console.print(f"journal:       {escape(str(result.journal_path))}")
     if result.report_path.exists():
         console.print(f"report:        {escape(str(result.report_path))}")

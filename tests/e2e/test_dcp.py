@@ -60,7 +60,9 @@ def test_latest_moved_before_the_async_dcp_save_is_caught(chaos_run) -> None:
                        overrides={"schedule": KILL_AT_SAVE, "checks": NO_REFERENCE})
     latest = result.verdict("latest_is_complete")
     assert latest.status == "failed", explain(result)
-    assert "latest named step-000040: step-000040 does not exist" in latest.explanation
+    # killed as the save begins: the directory is usually not there yet, on a busy machine it may be, unfinished
+    assert re.search(r"latest named step-000040: step-000040 (does not exist|has no \.metadata)",
+                     latest.explanation), latest.explanation
     # the restarted job followed latest to nothing and could not load
     assert result.verdict("restored_from_checkpoint").status == "failed", explain(result)
     assert leftover_processes(result.run_dir, result.run_id) == []

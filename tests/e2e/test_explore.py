@@ -95,9 +95,9 @@ def test_rng_not_restored_shrinks_to_one_kill(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["--families", "kill,bogus"], "unknown family 'bogus'; use one of kill, pause"),
     (["--families", "network"], "'network' needs each node to have its own network (backend netns or docker)"),
-    (["--max-faults", "-1"], "max_faults=-1: must be an integer in 0..20"),
-    (["--examples", "0"], "examples=0 (--examples): give at least 1 example"),
-    (["--max-faults", "0"], "max_faults=0 (--max-faults): a schedule needs at least 1 fault"),
+    (["--max-faults", "-1"], "argument --max-faults: '-1': give a whole number from 1 to 20"),
+    (["--examples", "0"], "argument --examples: '0': give a whole number of at least 1"),
+    (["--max-faults", "0"], "argument --max-faults: '0': give a whole number from 1 to 20"),
     (["--checks", "completes,bogus"], "unknown check(s) ['bogus']"),
 ])
 def test_bad_arguments_exit_2_before_any_run(tmp_path: Path, args: list[str], message: str) -> None:

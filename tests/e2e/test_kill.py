@@ -145,3 +145,47 @@ def test_two_nodes_lose_one_and_restore(chaos_run) -> None:
     result.assert_ok()
     assert len([e for e in result.events if e["kind"] == "agent_start"]) == 2
     assert_nothing_left(result)
+
+
+def test_a_second_sigint_while_winding_down_still_writes_the_result(tmp_path) -> None:
+    """Ctrl-C, then Ctrl-C again (and again) while the runner heals, merges and judges: exit 130 and
+    a ``result.json`` saying ``interrupted`` (a second SIGINT once raised KeyboardInterrupt out of the
+    merge: exit 130, ``run_end`` in the journal, no result)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", str(SCENARIOS / "kill-worker.yaml"),
+                             "--no-reference"], cwd=REPO, env={**os.environ, "CHAOS_RUNS_DIR": str(runs)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        run_dir = None
+        deadline = time.time() + 120
+        while run_dir is None and time.time() < deadline:
+            logs = [d / "runner.jsonl" for d in runs.glob("*/")] if runs.exists() else []
+            run_dir = next((log.parent for log in logs if log.exists() and '"fault_inject"' in log.read_text()), None)
+            time.sleep(0.2)
+        assert run_dir is not None, "no fault was injected in time"
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        # keep pressing Ctrl-C every 50 ms through teardown, merge and judging, until the report is
+        # drawn (result.json comes right after it; the CLI's own printing afterwards is not the runner's)
+        while proc.poll() is None and not (run_dir / "report.html").exists():
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.05)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out, out
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "interrupted", result
+    assert leftover_processes(run_dir, run_dir.name) == []

@@ -58,3 +58,47 @@ def test_run_and_report_print_a_gloo_error_line_as_it_is(tmp_path: Path) -> None
     out = chaos("report", str(run_dir), runs=runs)
     assert "MarkupError" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-3000:]
     assert out.returncode == 1 and "FAILED" in out.stdout and f"{GLOO} [bold]" in out.stdout, out.stdout[-3000:]
+
+
+BLACKBOX = r"""
+name: markup-bb
+description: 'kill [/] rank 0 [bold]after[/bold] the epoch-0 snapshot [red]'
+target:
+  command: [torchrun, --nproc-per-node=2, --max-restarts=2, "{script}", --total-epochs, "2", --save-every, "1", --atomic]
+  steps: 1
+  checkpoint_every: 1
+  blackbox:
+    checkpoints: snapshot.pt
+    progress:
+      - '\[GPU\d+\] Epoch (?P<epoch>\d+) \| Batchsize'
+    saved: 'Epoch (?P<epoch>\d+) \| Training snapshot saved'
+backend: {kind: local, nproc_per_node: 2, max_restarts: 2}
+schedule:
+  - fault: kill
+    select: {rank: 0}
+    trigger: {on_log: 'Epoch 0 \| Training[bold]? snapshot saved[/]?', rank: 0}
+checks: [completes, restored_from_checkpoint]
+deadline_s: 120
+"""
+
+
+def test_validate_list_and_run_print_a_description_path_and_regex_with_markup_as_they_are(tmp_path: Path) -> None:
+    """Issue 14: `[/]` and `[bold]` in a scenario's description, its target's path (a directory named
+    ``t[`` holding ``]x[bold]``) and an ``on_log`` regex are text for validate, list and run."""
+    where = tmp_path / "t[/]x[bold]"
+    where.mkdir(parents=True)
+    script = where / "ddp_tutorial.py"
+    script.write_text((REPO / "targets" / "ddp_tutorial.py").read_text())
+    scenario = where / "mk[bold].yaml"
+    scenario.write_text(BLACKBOX.replace("{script}", str(script)))
+    runs = tmp_path / "runs"
+    for argv in (["validate", str(scenario)], ["list", "--scenarios-dir", str(where)]):
+        out = chaos(*argv, runs=runs)
+        assert out.returncode == 0 and "Traceback" not in out.stderr and "MarkupError" not in out.stderr, out.stderr
+        assert str(scenario) in out.stdout or "mk[bold].yaml" in out.stdout, out.stdout
+    assert "kill [/] rank 0 [bold]after[/bold] the epoch-0 snapshot [red]" in out.stdout  # list's description
+    out = chaos("run", str(scenario), "--no-reference", runs=runs)
+    assert "Traceback" not in out.stderr and "MarkupError" not in out.stderr, out.stderr[-3000:]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "markup-bb: kill [/] rank 0 [bold]after[/bold] the epoch-0 snapshot [red]" in out.stdout
+    assert "prints /Epoch 0 \\| Training[bold]? snapshot saved[/]?/" in out.stdout, out.stdout[-3000:]

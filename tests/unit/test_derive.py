@@ -146,6 +146,9 @@ def test_chaos_run_preflights_once_and_prints_nothing_before_it(
 
     calls.clear()
     monkeypatch.setattr(runner, "preflight", lambda s: calls.append("preflight"))
-    with pytest.raises(AttributeError):  # the stub returns no RunResult; what matters is how it was called
-        main(["run", str(KILL), "--json"])
+    try:  # the stub returns no RunResult (a crash: exit 3, issue 14); what matters is how it was called
+        rc = main(["run", str(KILL), "--json"])
+    except AttributeError:
+        rc = 3
+    assert rc == 3
     assert calls[0] == "preflight" and calls[1][0] == "run_scenario" and calls[1][1]["preflighted"] is True

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "chaos"
 # lowest first; a module belongs to the first entry that is it or a package above it
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundation", ["chaos.errors", "chaos.paths", "chaos.history", "chaos.logtext", "chaos.kinds", "chaos.probe",
-                    "chaos.plugins"]),
+                    "chaos.plugins", "chaos.safedir", "chaos.readlimit"]),
     ("model", ["chaos.scenario"]),
     ("judgement and mechanisms", ["chaos.checks", "chaos.timeline", "chaos.net", "chaos.disk", "chaos.reserve",
                                   "chaos.manifest", "chaos.capabilities", "chaos.dcpcheck", "chaos.worker_table"]),
@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("run", ["chaos.run"]),
     ("explore", ["chaos.explore"]),
     ("shells", ["chaos.cli", "chaos.cli_run", "chaos.pytest_plugin", "chaos.progress", "chaos.doctor", "chaos.init",
-                "chaos.agent_main", "chaos"]),
+                "chaos.agent_main", "chaos.crash", "chaos.cli_args", "chaos"]),
 ]
 
 

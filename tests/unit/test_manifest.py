@@ -124,3 +124,46 @@ def test_the_kernel_frees_the_registration_of_a_sigkilled_runner(tmp_path: Path)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_registry_entry_is_0600_and_a_lock_without_its_runner_is_no_life(tmp_path: Path) -> None:
+    import fcntl
+    import stat
+
+    code = ("import sys, time; from pathlib import Path; from chaos.manifest import register_run; "
+            "r = register_run('run-c', Path(sys.argv[1])); print(r.path, flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "run-c")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        path = Path(proc.stdout.readline().strip())
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        fd = os.open(path, os.O_RDONLY)  # someone else holds the dead runner's lock
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            assert held(path) and [r.locked for r in registered_runs()] == [False]
+            assert unregister("run-c") and registered_runs() == []
+        finally:
+            os.close(fd)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_lines_of_the_wrong_shape_are_problems_and_a_torn_last_line_is_not() -> None:
+    from chaos.manifest import line_problem, parse_manifest
+
+    ok = {"op": "add", "kind": "process", "ids": {"pid": 5, "start": 1.5, "pgid": None, "role": "agent"}}
+    assert line_problem(ok) is None
+    assert line_problem({"op": "release", "kind": "process", "ids": {"pid": 5}}) is None  # key fields suffice
+    for bad, why in [({**ok, "ids": {"pid": 0, "start": 1.0}}, "pid 0"), ({**ok, "ids": {"pid": 5, "start": "1"}}, "start"),
+                     ({**ok, "kind": "bomb"}, 'kind "bomb"'), ({**ok, "t": "now"}, 't "now"'),
+                     ({"op": "add", "kind": "mount", "ids": {"mountpoint": ""}}, "mountpoint"),
+                     ({"op": "add", "kind": "mount", "ids": {"mountpoint": "/m", "backing": 3}}, "backing 3")]:
+        assert why in (line_problem(bad) or ""), bad
+    scan = parse_manifest(b'{"op":"add","kind":"netns","ids":{"name":"n"}}\n{"op":"add","kind":"ne')
+    assert scan.problems == [] and [r.ids for r in scan.outstanding()] == [{"name": "n"}]
+    scan = parse_manifest(b'{"op":"add","kind":"netns","ids":{"name":"n"}}\n{"op":"add","kind":"ne\n')
+    assert scan.problems and scan.problems[0].startswith("line 2: not JSON")

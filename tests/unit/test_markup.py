@@ -122,3 +122,27 @@ def test_the_timeline_picture_draws_dollars_and_brackets_as_text(tmp_path: Path)
 
     path = png.draw(data.build([]), [Verdict(f"c{i}", "failed", s) for i, s in enumerate(NASTY)], tmp_path / "t.png")
     assert path.stat().st_size > 1000
+
+
+def test_a_stored_status_a_counter_and_probe_fields_with_markup_are_text(tmp_path: Path) -> None:
+    """Issue 14: ``chaos report`` prints a stored ``status`` (from the journal's run_end); the live display
+    prints a black-box target's counter name and the probe's own fields (rank, step, restart)."""
+    result = _result(tmp_path)
+    result.status = "[/]gone[bold]"
+    console, out = _console()
+    print_result(console, result)
+    assert "run [/]gone[bold] in 3.0 s" in out.getvalue()
+    console, out = _console()
+    events = [{"kind": "run_start", "t": 1.0, "run_id": "r", "world_size": 2, "steps": 3, "schedule": [],
+               "blackbox": {"counter": "ep[/]och"}},
+              {"kind": "start", "t": 1.1, "rank": 0, "world_size": 2},
+              {"kind": "start", "t": 1.2, "rank": 0, "world_size": "[bold]", "restart": "[/]"},
+              {"kind": "checkpoint_loaded", "t": 1.3, "rank": 0, "path": "/c/[x].pt", "step": "[/]"},
+              {"kind": "checkpoint_skipped", "t": 1.4, "rank": 0, "path": "/c/y.pt", "step": "[/]", "reason": "[red]"}]
+    with LiveProgress(console, 3, 2) as live:
+        for e in events:
+            live(e)
+    text = out.getvalue()
+    for s in ["black-box target to ep[/]och 3", "world size 2 → [bold]", "restart [/] of their agent",
+              "restored [x].pt (step [/])", "step [/]: [red]", "ep[/]ochs"]:
+        assert s in text, (s, text)

@@ -77,3 +77,20 @@ def test_runs_starting_together_import_the_docker_node_image_once() -> None:
     for t in threads:
         t.join()
     assert tags == [built_tag()] * 2 and engine.imports == 1
+
+
+def test_lock_files_are_0600_and_a_fifo_in_their_place_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from chaos.reserve import lock_path
+
+    r = reserve("modes", [1, 2])
+    assert stat.S_IMODE(lock_path("modes", 1).stat().st_mode) == 0o600
+    r.release()
+    lock_path("modes", 1).chmod(0o644)  # as an older chaos made it: tightened when next opened
+    reserve("modes", [1]).release()
+    assert stat.S_IMODE(lock_path("modes", 1).stat().st_mode) == 0o600
+    os.mkfifo(lock_path("modes", 3))
+    with pytest.raises(OSError, match="regular file"):
+        reserve("modes", [3])
