@@ -39,3 +39,11 @@ def bench(session: nox.Session) -> None:
     """Speed and overhead figures, written to benchmarks/RESULTS.md (ratios measured in one run)."""
     _install(session)
     session.run("python", "-m", "benchmarks.run_all", *session.posargs)
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """Generated bad input through the CLI (≥ 2,000 inputs), written to benchmarks/FUZZ.md; exit 1 on a finding.
+    `nox -s fuzz -- --inputs 5000 --seed 7` for more or other inputs."""
+    _install(session)
+    session.run("python", "-m", "benchmarks.fuzz_cli", *(session.posargs or ["--inputs", "2000"]))

@@ -12,13 +12,16 @@ Exit codes:
 - 3: chaos itself crashed (a bug, never a verdict on the job): any other exception, ``RecursionError``
   and ``MemoryError`` included; one line on stderr names where the traceback was written
   (:mod:`chaos.crash`).
-- 130: interrupted by SIGINT (Ctrl-C); 143: by SIGTERM.
+- 130: interrupted by SIGINT (Ctrl-C); 143: by SIGTERM; 141: the reader of its output went away (a
+  closed pipe, ``chaos validate --json | head``), as a shell reports SIGPIPE.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -45,8 +48,8 @@ from chaos.cli_run import cmd_run, write_junit
 from chaos.crash import EXIT_CRASH, report_crash
 from chaos.errors import ChaosError, ScenarioError
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-__all__ = ["EXIT_BAD_INPUT", "EXIT_CRASH", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "build_parser", "main"]
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_PIPE = 0, 1, 2, 130, 141
+__all__ = ["EXIT_BAD_INPUT", "EXIT_CRASH", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PIPE", "build_parser", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -136,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     module docstring). A bad flag exits 2 from the parser (``SystemExit``) with its usage line."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args: argparse.Namespace | None = None
+    _tolerant_output()
     try:
         args = build_parser().parse_args(argv)  # a bad flag: SystemExit(2) with the usage line
         args.argv = argv
@@ -151,8 +155,22 @@ def main(argv: list[str] | None = None) -> int:
         Console(stderr=True, soft_wrap=True).print(
             "[yellow]interrupted[/] before the run began (during the reference run); nothing was left running")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `chaos validate --json | head`: the reader left; as a shell's SIGPIPE
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return EXIT_PIPE
     except Exception as exc:  # a bug of chaos (RecursionError and MemoryError too): never exit 1, a failed check
         return report_crash(exc, ["chaos", *argv])
+
+
+def _tolerant_output() -> None:
+    """Write what cannot be encoded (a file name of non-UTF-8 bytes, held as surrogates) as backslash
+    escapes instead of failing on it, whatever the locale's encoding."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
 
 
 def print_error(exc: ChaosError, as_json: bool = False) -> None:

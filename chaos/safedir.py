@@ -7,8 +7,9 @@ runs directory if needed and then checks every directory from ``/`` down to it (
 symbolic link on the way, the directories that hold the link and its target):
 
 - each is owned by root or by this process's effective uid;
-- none is writable by group or others, unless it is sticky (like ``/tmp``) and the next directory
-  on the way is owned by root or this euid (a sticky directory lets no one else rename or remove it).
+- none is writable by others, nor by a group another user is in (a user's private group, as umask
+  002 gives, is fine), unless it is sticky (like ``/tmp``) and the next directory on the way is owned
+  by root or this euid (a sticky directory lets no one else rename or remove it).
 """
 
 from __future__ import annotations
@@ -36,6 +37,24 @@ def _trusted(uid: int) -> bool:
     return uid in (0, os.geteuid())
 
 
+def _private_group(gid: int) -> bool:
+    """True if group ``gid`` holds no user but root or this euid: root's group, or a user's own group
+    (umask 002 makes directories group-writable, 0775, for the user's private group), with no other
+    member and no other account having it as primary group."""
+    if gid == 0:
+        return True
+    try:
+        import grp
+        import pwd
+
+        me = pwd.getpwuid(os.geteuid()).pw_name
+        members = set(grp.getgrgid(gid).gr_mem) - {me, "root"}
+        primaries = {u.pw_name for u in pwd.getpwall() if u.pw_gid == gid} - {me, "root"}
+    except (KeyError, ImportError):
+        return False
+    return not members and not primaries
+
+
 def _chain(real: str) -> list[str]:
     """``/``, ``/a``, ``/a/b`` … ``real`` (an absolute path without symlinks)."""
     parts = [p for p in real.split(os.sep) if p]
@@ -58,7 +77,8 @@ def _check_chain(real: str, runs_dir: Path) -> None:
                                f"swap in a run directory of their own; {FIX}")
         # sticky (like /tmp): no one else can rename or remove what is in it, and the next directory
         # on the way is checked to be root's or ours in the next round
-        if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
+        group_write = bool(mode & stat.S_IWGRP) and not _private_group(st.st_gid)
+        if (mode & stat.S_IWOTH or group_write) and not mode & stat.S_ISVTX:
             raise RunsDirError(f"runs directory {runs_dir}: {d} can be written by other users ({found}), "
                                f"who could swap in a run directory of their own; {FIX}")
 

@@ -41,12 +41,15 @@ class WorkerTable:
 
     ``resolve`` maps a worker's own pid to the host's if it is one of the run's processes (None:
     every claim is taken, as in preflight and unit tests). A start event whose pid resolves to nothing
-    while a process with that pid lives is refused: it makes no worker, and ``refused`` is told."""
+    while a process with that pid lives is refused: it makes no worker, and ``refused`` is told. With
+    ``host_pid_space=False`` (nodes with their own pid namespaces, where the claimed number means
+    nothing on the host) an unresolved claim is a worker already gone, never signalled."""
 
     by_rank: dict[int, Worker] = field(default_factory=dict)
     all: list[Worker] = field(default_factory=list)
     resolve: PidResolver | None = None
     refused: RefusedClaim | None = None
+    host_pid_space: bool = True  # claimed pids are host pids (False: each node has its own pid namespace)
 
     def observe(self, event: dict[str, Any]) -> None:
         """Update from one probe event."""
@@ -77,7 +80,7 @@ class WorkerTable:
         if host is not None:
             worker.host, worker.start = host, process_start(host)
             return True  # (start None: it ended meanwhile, and counts as dead)
-        if alive(worker.pid):  # a live process, but not one of the run's: a forged (or stale) claim
+        if self.host_pid_space and alive(worker.pid):  # a live process, not one of the run's: a forged claim
             if self.refused is not None:
                 self.refused(event)
             return False

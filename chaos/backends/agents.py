@@ -36,6 +36,7 @@ class HostAgents:
     """
 
     kind = "host"
+    shares_host_pids = True
 
     def __init__(self, spec: NodesSpec, run_id: str, run_dir: Path, log: RunnerLog) -> None:
         self.spec = spec

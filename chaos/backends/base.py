@@ -42,6 +42,11 @@ class Backend(Protocol):
     kind: str
     nodes: int
 
+    @property
+    def shares_host_pids(self) -> bool:
+        """True where workers see the host's pid namespace (a pid in an event is a host pid); False
+        where each node has its own (docker without host pids): an unresolved claim is a gone worker."""
+
     def preflight(self) -> None:
         """Raise :class:`~chaos.errors.CapabilityError` (naming the fix) if this machine cannot run
         the backend. Called before anything starts."""

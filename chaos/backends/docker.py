@@ -56,6 +56,10 @@ class DockerBackend(DockerNodes):
 
     kind = "docker"
 
+    @property
+    def shares_host_pids(self) -> bool:
+        return bool(self.host_pids)
+
     def preflight(self) -> None:
         """Raise :class:`~chaos.errors.CapabilityError` naming the fix if no Docker engine answers
         (``DOCKER_HOST`` or ``/var/run/docker.sock``), if ``spec.image`` is not on this machine (no
@@ -162,6 +166,15 @@ class DockerBackend(DockerNodes):
         """The host pid of the process of ``node`` that reported itself as ``pid`` (its innermost
         ``NSpid``; the same number under ``host_pids``); None if it is gone or is not one of the run's
         processes (a pid an event claims is resolved only below the node's container's main process)."""
+        # ``node`` first; an elastic job's group rank, which the probe reports as its node, may differ
+        # from the container it runs in
+        for n in [node, *(n for n in range(self.nodes) if n != node)]:
+            found = self._host_pid_in(n, pid)
+            if found is not None:
+                return found
+        return None
+
+    def _host_pid_in(self, node: int, pid: int) -> int | None:
         if self.host_pids:  # a descendant of the node's agent, with the run's id and node in its env
             return resolve_claim(pid, self.agent_pid(node), self.run_id, node) if _alive(pid) else None
         agent = self.agent_pid(node)

@@ -70,9 +70,14 @@ def _first(history: History, kind: str, starts: list[Event]) -> Event | None:
     return next((e for e in history.job_events(kind) if e["pid"] in pids and e["t"] >= t0), None)
 
 
+def _survivor_deaths(history: History, lost_node: int, after: float) -> list[Event]:
+    """Failed agent exits after ``after`` of nodes other than the lost one."""
+    return [e for e in history.of("agent_exit") if e["t"] > after and e.get("exit_code") not in (0, None)
+            and e.get("node") != lost_node]
+
+
 def _why_not(history: History, lost_node: int, rdzv_node: int, after: float) -> str:
-    bad = [e for e in history.of("agent_exit") if e["t"] > after and e.get("exit_code") not in (0, None)
-           and e.get("node") != lost_node]
+    bad = _survivor_deaths(history, lost_node, after)
     parts = []
     if lost_node == rdzv_node:
         parts.append(f"node {lost_node} hosted the c10d rendezvous store (backend.rdzv_node={rdzv_node}); losing it "
@@ -100,19 +105,35 @@ def regrouped(history: History, ctx: CheckContext) -> Verdict:
     world = int((start or {}).get("world_size") or ctx.world_size)
     fault, node = lost[0]
     returned = [r for r in _returned(history) if r[0]["t"] > fault["t"]]
-    until = returned[0][0]["t"] if returned else None
+    # the smaller world may form before the node is back and its workers start just after (a busy machine):
+    # it counts until the first worker of the full world size again
+    regrown = _generation(history, returned[0][0]["t"], world, smaller=False) if returned else []
+    until = regrown[0]["t"] if regrown else None
     shrunk = [s for s in _generation(history, fault["t"], world, smaller=True) if until is None or s["t"] < until]
     interrupted = history.first("interrupted")
     if not shrunk and interrupted is not None and interrupted["t"] > fault["t"]:
         after = interrupted["t"] - fault["t"]
         return Verdict(name, "unknown", f"the run was interrupted ({interrupted.get('signal')}) {after:.1f} s after "
                        f"{fault.get('description')}, before the survivors regrouped", events=[interrupted])
+    if not shrunk and regrown and not _survivor_deaths(history, node, fault["t"]):
+        back = returned[0][0]["t"] - fault["t"]
+        return Verdict(name, "unknown", f"node {returned[0][1]} came back {back:.1f} s after {fault.get('description')} "
+                       f"and the job went on at world size {world} before any smaller world formed, so this run "
+                       "cannot tell whether the survivors would have regrouped; keep the node down longer "
+                       "(restart_after_s, or a later node-restart)", events=[fault, returned[0][0]])
     if not shrunk:
         return Verdict(name, "failed", f"after {fault.get('description')} no worker started at a world size below "
                        f"{world}: {_why_not(history, node, ctx.rdzv_node, fault['t'])}", events=[fault])
     small = shrunk[0].get("world_size")
     gen = [s for s in shrunk if s.get("world_size") == small]
     step = _first(history, "step", gen)
+    if step is None and regrown and not _survivor_deaths(history, node, fault["t"]):
+        back = returned[0][0]["t"] - fault["t"]
+        return Verdict(name, "unknown", f"node {returned[0][1]} came back {back:.1f} s after {fault.get('description')}, "
+                       f"while the survivors' world of size {small} was starting, and the job went on at world size "
+                       f"{world} before that smaller world completed a step, so this run cannot tell whether it would "
+                       "have trained; keep the node down longer (restart_after_s, or a later node-restart)",
+                       events=[fault, gen[0], returned[0][0]])
     if step is None:
         return Verdict(name, "failed", f"the survivors regrouped at world size {small} but never completed a step: "
                        f"{_why_not(history, node, ctx.rdzv_node, fault['t'])}", events=[fault, gen[0]])

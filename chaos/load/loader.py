@@ -39,7 +39,7 @@ def load_scenario(path: str | Path) -> Scenario:
     """Load and fully validate the scenario file at ``path``.
 
     Raises :class:`~chaos.errors.ScenarioError` listing every problem (file and line included), also
-    for a file that is not a regular UTF-8 file of at most 8 MiB, or YAML whose shape chaos refuses
+    for a file that is not a regular UTF-8 file of at most 1 MiB, or YAML whose shape chaos refuses
     (see :mod:`chaos.load.parse`).
     """
     path = Path(path)

@@ -18,9 +18,10 @@ from chaos.errors import ScenarioError
 from chaos.readlimit import MIB, UnsafeFile, read_text
 from chaos.scenario.base import short
 
-SCENARIO_LIMIT = 8 * MIB  # bytes a scenario file may hold
+SCENARIO_LIMIT = 1 * MIB  # bytes a scenario file may hold (the bundled ones hold 1-4 KiB)
 MAX_DEPTH = 100  # nesting of mappings and lists a scenario may have
 MAX_ALIAS_NODES = 100_000  # values aliases (*name) may add to a scenario beyond those written out
+MAX_VALUES = 100_000  # values (mappings, lists, scalars) a scenario may write out
 MAX_FLOAT_PROBLEMS = 20  # non-finite floats reported, at most
 
 NOT_FINITE = "must be a finite number; use such a value instead"  # as the loader says pydantic's finite_number
@@ -57,8 +58,8 @@ def parse_yaml(text: str, source: str | None = None, what: str = "the scenario f
     """``text`` (one YAML document) → ``(data, node)``: the plain data and the root node (None for an
     empty document), composed once. Raises :class:`~chaos.errors.ScenarioError` (``what`` names the
     text in the message) for YAML that is invalid, more than one document, nested deeper than
-    :data:`MAX_DEPTH`, an alias that refers to itself, or aliases that expand past
-    :data:`MAX_ALIAS_NODES` extra values; checked before the data is constructed."""
+    :data:`MAX_DEPTH`, more than :data:`MAX_VALUES` values, an alias that refers to itself, or aliases that
+    expand past :data:`MAX_ALIAS_NODES` extra values; checked before the data is constructed."""
     loader = _Loader(text)
     try:
         try:
@@ -109,6 +110,9 @@ def node_problems(root: Any) -> list[str]:
             size[key] = 1 + sum(size[id(k)] for k in kids)
             height[key] = 1 + max((height[id(k)] for k in kids), default=0)
             on_path.discard(key)
+            if len(size) > MAX_VALUES:
+                return [f"line {line}: the file holds more than {MAX_VALUES:,} values by here; a scenario needs a few "
+                        "hundred: move bulk data into a file the target reads"]
             if height[key] > MAX_DEPTH:
                 return [f"line {line}: mappings and lists nest more than {MAX_DEPTH} deep here; flatten the data"]
             if size[key] > len(size) + MAX_ALIAS_NODES:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+import operator
 import os
 import sys
 import threading
@@ -116,6 +117,7 @@ class Probe:
         """Append one event; then, if a gate names (kind, step), wait at it for the runner."""
         if not self.enabled or self._file is None:
             return
+        step = _whole(step)
         with self._lock:  # a background checkpoint writer emits too
             self._emit_locked(kind, step, fields)
         if step is not None and self._gates:
@@ -183,6 +185,7 @@ class Probe:
         """
         if not self.enabled:
             return
+        step = _whole(step)
         self._last_step = step
         if not self._timeout_recorded:
             self._record_collective_timeout()
@@ -273,3 +276,19 @@ def get() -> Probe:
     if _PROBE is None:
         _PROBE = Probe()
     return _PROBE
+
+
+def _whole(step: Any) -> Any:
+    """A step as an ``int`` when it is a whole number of another type (``10.0``, a numpy integer, a
+    0-d tensor): the runner reads step fields as integers and skips an event whose step is not one."""
+    if step is None or (isinstance(step, int) and not isinstance(step, bool)):
+        return step
+    try:
+        return operator.index(step)
+    except TypeError:
+        pass
+    try:
+        value = float(step)
+    except (TypeError, ValueError):
+        return step
+    return int(value) if value.is_integer() else step

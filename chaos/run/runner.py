@@ -10,7 +10,6 @@ verdict. Then :func:`chaos.verdicts.conclude.conclude` judges the merged history
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import math
@@ -46,6 +45,7 @@ from chaos.worker_table import WorkerTable
 
 POLL_S = 0.02
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+FULL_BELOW = 16 << 20  # bytes free under which an unnamed ENOSPC is taken as the run directory's disk
 Observer = Callable[[Event], None]
 
 
@@ -150,7 +150,8 @@ class _Run:
                                "nothing was started; free some space there or give --runs-dir another disk") from exc
         self.manifest = Manifest(self.run_dir)  # what the run sets up, for chaos cleanup after a crash
         self.backend = make_backend(scenario.backend, self.run_id, self.run_dir, self.log)
-        self.workers = WorkerTable(resolve=self.backend.host_pid, refused=self._refused_claim)
+        self.workers = WorkerTable(resolve=self.backend.host_pid, refused=self._refused_claim,
+                                   host_pid_space=self.backend.shares_host_pids)
         box = scenario.blackbox
         self.env = FaultEnv(self.backend, self.workers, self.run_id, checkpoint_dir=str(self.run_dir / "checkpoints"),
                             checkpoint_globs=[resolve_pattern(p, self.run_dir, scenario.work_dir(self.run_dir))
@@ -276,17 +277,37 @@ class _Run:
         return stuck
 
     def execute(self, ref: Reference | None, note: str) -> RunResult:
+        handlers = install_handlers()
+        try:  # from teardown until result.json is written signals are ignored; restored on every path
+            return self._execute(ref, note)
+        finally:
+            restore_handlers(handlers)
+
+    def _disk_full(self, exc: OSError) -> bool:
+        """True if ``exc`` is the run directory's disk being full (not some other disk's): ENOSPC or
+        EDQUOT on a path under the run directory, or on an unnamed write while that disk has no room."""
+        if exc.errno not in DISK_FULL:
+            return False
+        if exc.filename is not None:
+            return str(exc.filename).startswith(str(self.run_dir))
+        try:
+            return shutil.disk_usage(self.run_dir).free < FULL_BELOW
+        except OSError:
+            return True
+
+    def _execute(self, ref: Reference | None, note: str) -> RunResult:
         s = self.scenario
         t_start = time.time()
         status = "completed"
         signame: str | None = None
         disk_full: OSError | None = None
-        handlers = install_handlers()
-        registration = register_run(self.run_id, self.run_dir)  # machine-wide, locked while this runner lives
-        runner = self.manifest.add("runner", pid=os.getpid(), start=process_start(os.getpid()), run_id=self.run_id,
-                                   registered=registration is not None,
-                                   registry=str(registration.path) if registration is not None else None)
+        registration = None
+        runner: dict[str, Any] | None = None
         try:
+            registration = register_run(self.run_id, self.run_dir)  # machine-wide, locked while this runner lives
+            runner = self.manifest.add("runner", pid=os.getpid(), start=process_start(os.getpid()),
+                                       run_id=self.run_id, registered=registration is not None,
+                                       registry=str(registration.path) if registration is not None else None)
             self.nemesis.heal_before()
             start = self.log.record(
                 "run_start", run_id=self.run_id, scenario=s.name, world_size=s.world_size, steps=s.target.steps,
@@ -327,7 +348,7 @@ class _Run:
             status, signame = "interrupted", exc.signame
             self._notify([self.log.record("interrupted", signal=exc.signame)])
         except OSError as exc:
-            if exc.errno not in DISK_FULL:
+            if not self._disk_full(exc):
                 raise
             disk_full = exc  # a write of the runner's own failed (the manifest): stop, tear down, say so
             status = "disk_full"
@@ -349,11 +370,13 @@ class _Run:
                 self.nemesis.finish(self.max_step)
                 self.log.record("run_end", status=status)
                 self.log.close()
-                with contextlib.suppress(OSError):  # a full disk: the entry stays; cleanup sees the runner gone
+                if runner is not None:  # a full disk: the entry stays; cleanup sees the runner gone
                     self.manifest.release("runner", **runner)
             finally:
                 if registration is not None:  # this runner is done with the run, whatever is left of it
                     registration.release()
+        if disk_full is None and self.log.write_error is not None and self._disk_full(self.log.write_error):
+            disk_full = self.log.write_error  # runner.jsonl lost events: a journal judged now would be wrong
         try:  # signals stay ignored until result.json is written: every run that ends writes its result
             if disk_full is not None:
                 raise disk_full
@@ -361,12 +384,9 @@ class _Run:
             return conclude(s, self.run_id, self.run_dir, status, events, ref, note, time.time() - t_start, signame,
                             report=self.report)
         except OSError as exc:
-            if exc.errno not in DISK_FULL:
+            if not self._disk_full(exc):
                 raise
             raise RunsDirError(
                 f"run directory {self.run_dir}: the disk is full ({exc.strerror}); the job was stopped and "
                 f"torn down; what was recorded is kept (runner.jsonl, events/, logs/): free some space there "
                 f"and run `chaos report --merge {self.run_dir}` to write the journal, verdicts and report") from exc
-        finally:
-            restore_handlers(handlers)
-

@@ -28,8 +28,9 @@ def test_latest_moved_before_the_data_is_durable_is_caught(chaos_run) -> None:
     result = chaos_run(SCENARIOS / "kill-during-async-save.yaml", extra_args=["--broken", "latest-before-durable"])
     verdict = result.verdict("latest_is_complete")
     assert verdict.status == "failed", verdict.explanation
-    # the runner polls `latest`: under load it may see the pointer before the directory exists, or after it
-    assert re.search(r"latest named step-000040: step-000040 (has no \.metadata|does not exist)", verdict.explanation), \
+    # the runner polls `latest`: under load it may see the pointer before the directory exists, or after it,
+    # and the first save it catches unfinished may be any (on a busy machine often an earlier one)
+    assert re.search(r"latest named (step-\d+): \1 (has no \.metadata|does not exist)", verdict.explanation), \
         verdict.explanation
 
 

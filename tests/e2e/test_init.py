@@ -58,7 +58,8 @@ def test_init_learns_the_atomic_tutorial_and_its_scenario_runs_without_a_false_f
     assert [parser.saved(t) for t in got["lines"]["0"] if parser.saved(t) is not None] == [0, 1, 2, 3]
     assert got["last"] == 3 and got["save_interval"] == 1 and got["saved_values"] == [0, 1, 2, 3]
     (ckpt,) = got["checkpoints"]
-    assert ckpt["path"].endswith("/checkpoints/snapshot.pt") and ckpt["writes"] == 4 and ckpt["bytes"] > 100_000
+    # four saves; the watch polls, so on a busy machine two saves may fall between its scans
+    assert ckpt["path"].endswith("/checkpoints/snapshot.pt") and 2 <= ckpt["writes"] <= 4 and ckpt["bytes"] > 100_000
     # what was written: valid, the command as given (the script relative to the file), the section learned
     assert chaos("validate", str(out)).returncode == 0
     data = yaml.safe_load(out.read_text())

@@ -195,10 +195,10 @@ ODD = [None, "[/]", [1], {"a": 1}, 1e308, True, ""]
 
 @pytest.mark.parametrize("value", ODD, ids=[repr(v) for v in ODD])
 def test_an_odd_value_in_any_other_field_is_a_verdict_never_a_crash(value: object, copy: Path) -> None:
-    """Fields the checks read (not the ones every event is grouped and counted by) may hold anything: a
+    """Fields the checks read (not the ones every event is grouped, ordered and counted by) may hold anything: a
     check that cannot read them is unknown or failed, the report still prints (exit 0 or 1), never exit 3,
     and never a memory blow-up (a 1e308 world size once made `completes` count to it: 23 GB)."""
-    grouped = ("t", "kind", "source", "rank", "seq", "pid", "node", "restart", "world_size")
+    grouped = ("t", "kind", "source", "rank", "seq", "pid", "node", "restart", "step", "world_size")
     body = [json.loads(line) for line in lines(copy)]
     for e in body:
         for key in [k for k in e if k not in grouped]:

@@ -44,6 +44,21 @@ def test_events_carry_rank_restart_and_fields(tmp_path: Path) -> None:
     assert saved["digest"] == "abc" and exit_["status"] == "ok" and exit_["last_step"] == 3
 
 
+def test_a_whole_step_of_another_type_is_written_as_an_integer(tmp_path: Path) -> None:
+    """``p.step(10.0)`` (a step computed as a float, a numpy integer): the runner skips events whose
+    step is not an integer, so the probe writes it as one."""
+    import numpy as np
+
+    from chaos.history import read_events
+
+    p = Probe(env(tmp_path))
+    p.step(10.0)
+    p.step(np.int64(11))
+    p.exit()
+    steps = [e for e in read_events(sorted((tmp_path / "events").glob("*.jsonl"))) if e["kind"] == "step"]
+    assert [e["step"] for e in steps] == [10, 11] and all(type(e["step"]) is int for e in steps)
+
+
 def test_gate_blocks_until_the_go_file_and_is_passed_once_open(tmp_path: Path) -> None:
     (tmp_path / "control").mkdir()
     gates = json.dumps([{"id": "g0", "event": "step", "step": 2}])

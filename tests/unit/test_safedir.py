@@ -31,6 +31,29 @@ def test_a_group_writable_directory_on_the_way_is_refused_and_nothing_is_made(tm
     assert not (shared / "runs").exists()
 
 
+def test_group_write_for_a_private_group_passes_and_for_a_shared_one_is_refused(tmp_path: Path) -> None:
+    """umask 002 makes 0775 directories for the user's own group: no one else can write them. A group
+    another user is in can."""
+    import grp
+    import pwd
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    os.chown(mine, -1, pwd.getpwuid(os.geteuid()).pw_gid)
+    mine.chmod(0o775)
+    assert ensure_runs_dir(mine / "runs").is_dir()
+    shared_groups = [g for g in grp.getgrall() if set(g.gr_mem) - {pwd.getpwuid(os.geteuid()).pw_name, "root"}]
+    if not shared_groups:
+        pytest.skip("no group with another member on this machine")
+    shared = tmp_path / "shared-group"
+    shared.mkdir()
+    os.chown(shared, -1, shared_groups[0].gr_gid)
+    shared.chmod(0o775)
+    with pytest.raises(RunsDirError, match="can be written by other users"):
+        ensure_runs_dir(shared / "runs")
+    assert not (shared / "runs").exists()
+
+
 def test_a_symlink_is_checked_at_its_target(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     (shared / "runs").mkdir(parents=True)
