@@ -40,22 +40,22 @@ def positive_float(value: str) -> float:
     return x
 
 
-def positive_int(value: str) -> int:
-    """An integer >= 1."""
-    fix = "give a whole number of at least 1"
+def _int_in(value: str, low: int, high: int | None, fix: str) -> int:
+    """``value`` as an integer from ``low`` to ``high`` (None: no upper bound), else the parser's error."""
     n = _int(value, fix)
-    if n < 1:
+    if n < low or (high is not None and n > high):
         raise argparse.ArgumentTypeError(f"{_shown(value)}: {fix}")
     return n
+
+
+def positive_int(value: str) -> int:
+    """An integer >= 1."""
+    return _int_in(value, 1, None, "give a whole number of at least 1")
 
 
 def count(value: str) -> int:
     """An integer >= 0."""
-    fix = "give a whole number of 0 or more"
-    n = _int(value, fix)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{_shown(value)}: {fix}")
-    return n
+    return _int_in(value, 0, None, "give a whole number of 0 or more")
 
 
 SEED_MAX = 2**64 - 1
@@ -64,20 +64,12 @@ MAX_FAULTS = 20  # chaos.strategies.schedules' bound
 
 def max_faults(value: str) -> int:
     """The most faults in one generated schedule: 1 .. 20."""
-    fix = f"give a whole number from 1 to {MAX_FAULTS}"
-    n = _int(value, fix)
-    if not 1 <= n <= MAX_FAULTS:
-        raise argparse.ArgumentTypeError(f"{_shown(value)}: {fix}")
-    return n
+    return _int_in(value, 1, MAX_FAULTS, f"give a whole number from 1 to {MAX_FAULTS}")
 
 
 def seed(value: str) -> int:
     """A search seed: an integer 0 .. 2**64 - 1."""
-    fix = f"give a whole number from 0 to {SEED_MAX}"
-    n = _int(value, fix)
-    if not 0 <= n <= SEED_MAX:
-        raise argparse.ArgumentTypeError(f"{_shown(value)}: {fix}")
-    return n
+    return _int_in(value, 0, SEED_MAX, f"give a whole number from 0 to {SEED_MAX}")
 
 
 def target_args(value: str) -> list[str]:

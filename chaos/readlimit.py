@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
 MIB = 1 << 20
 
@@ -52,11 +51,3 @@ def read_bytes(path: str | os.PathLike[str], limit: int = 64 * MIB, *, follow: b
 def read_text(path: str | os.PathLike[str], limit: int = 64 * MIB, *, follow: bool = False) -> str:
     """:func:`read_bytes` decoded as UTF-8; raises ``UnicodeDecodeError`` for other bytes."""
     return read_bytes(path, limit, follow=follow).decode("utf-8")
-
-
-def owned_by(path: str | os.PathLike[str], uids: set[int]) -> bool:
-    """True if ``path`` (not followed when a symlink) is owned by one of ``uids``."""
-    try:
-        return Path(path).lstat().st_uid in uids
-    except OSError:
-        return False

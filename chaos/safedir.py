@@ -33,8 +33,18 @@ def _owner(uid: int) -> str:
         return f"uid {uid}"
 
 
-def _trusted(uid: int) -> bool:
+def trusted_owner(uid: int) -> bool:
+    """True for root and this process's effective uid: the owners whose files chaos may trust."""
     return uid in (0, os.geteuid())
+
+
+def others_may_write(st: os.stat_result) -> bool:
+    """True if a user other than root and this euid may write what ``st`` describes through its mode:
+    it is writable by others, or by a group another user is in (root's group and a user's private
+    group, :func:`_private_group`, are not). The owner is :func:`trusted_owner`'s question; stickiness
+    is the caller's."""
+    mode = stat.S_IMODE(st.st_mode)
+    return bool(mode & stat.S_IWOTH) or (bool(mode & stat.S_IWGRP) and not _private_group(st.st_gid))
 
 
 def _private_group(gid: int) -> bool:
@@ -72,13 +82,12 @@ def _check_chain(real: str, runs_dir: Path) -> None:
                                "give --runs-dir (or $CHAOS_RUNS_DIR) a directory")
         mode = stat.S_IMODE(st.st_mode)
         found = f"owner {_owner(st.st_uid)}, mode {mode:04o}"
-        if not _trusted(st.st_uid):
+        if not trusted_owner(st.st_uid):
             raise RunsDirError(f"runs directory {runs_dir}: {d} is owned by another user ({found}), who could "
                                f"swap in a run directory of their own; {FIX}")
         # sticky (like /tmp): no one else can rename or remove what is in it, and the next directory
         # on the way is checked to be root's or ours in the next round
-        group_write = bool(mode & stat.S_IWGRP) and not _private_group(st.st_gid)
-        if (mode & stat.S_IWOTH or group_write) and not mode & stat.S_ISVTX:
+        if others_may_write(st) and not mode & stat.S_ISVTX:
             raise RunsDirError(f"runs directory {runs_dir}: {d} can be written by other users ({found}), "
                                f"who could swap in a run directory of their own; {FIX}")
 

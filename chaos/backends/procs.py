@@ -14,7 +14,7 @@ import signal
 
 import psutil
 
-START_TOLERANCE_S = 0.05  # as chaos.manifest.same_process
+from chaos.manifest import same_process
 
 
 def _same_user(proc: psutil.Process) -> bool:
@@ -95,12 +95,8 @@ def signal_process(pid: int, start: float | None, signum: int) -> bool:
         except OSError:
             fd = None  # no pidfd on this kernel: check, then kill (a gap of microseconds)
     try:
-        if start is not None:
-            try:
-                if abs(psutil.Process(pid).create_time() - start) > START_TOLERANCE_S:
-                    return False
-            except psutil.Error:
-                return False
+        if start is not None and not same_process(pid, start):
+            return False
         try:
             if fd is not None and send is not None:
                 send(fd, signum)

@@ -22,6 +22,7 @@ import psutil
 from chaos.backends.names import token_of
 from chaos.cleanup.owner import Facts, Labelled, Proc, RunRecord, pid_alive
 from chaos.manifest import MANIFEST, Manifest, Scan, held, registered_runs
+from chaos.safedir import others_may_write, trusted_owner
 
 NETNS_DIR = Path("/run/netns")
 RUNNER_LOG = "runner.jsonl"
@@ -194,10 +195,9 @@ def run_dirs(runs_dir: Path | None, extra: list[str]) -> list[Path]:
 
 
 def _mode_problem(path: Path, st: os.stat_result) -> str | None:
-    me = os.geteuid()
-    if st.st_uid not in (me, 0):
-        return f"{path} belongs to uid {st.st_uid}, not to this user ({me}) or root"
-    if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid not in (os.getegid(), 0)):
+    if not trusted_owner(st.st_uid):
+        return f"{path} belongs to uid {st.st_uid}, not to this user ({os.geteuid()}) or root"
+    if others_may_write(st):
         return f"{path} is writable by others (mode {st.st_mode & 0o777:o}, group {st.st_gid})"
     return None
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from chaos.disk.protocol import FSNAME, FSTYPE, our_mounts
 from chaos.readlimit import read_bytes
+from chaos.safedir import others_may_write, trusted_owner
 
 UNMOUNT_TRIES = 5
 UNMOUNT_RETRY_S = 0.2
@@ -252,9 +253,9 @@ def foreign_mount(mountpoint: str) -> str | None:
             st = os.fstat(pfd)
     except OSError as exc:
         return f"its directory cannot be opened without following a symlink ({exc.strerror})"
-    if st.st_uid not in (me, 0):
+    if not trusted_owner(st.st_uid):
         return f"its directory belongs to uid {st.st_uid}"
-    if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid not in (os.getegid(), 0)):
+    if others_may_write(st):
         return f"its directory is writable by others (mode {st.st_mode & 0o7777:o})"
     return None
 
