@@ -196,13 +196,20 @@ def main(argv: list[str] | None = None) -> int:
     return serve(a.queue, draw, a.parent_pid, a.chain)
 
 
-def find_delayers(chain: str | None = None) -> list[int]:
-    """Pids of running delayers (those started with ``--chain <chain>`` when given)."""
+def find_delayers(chain: str | None = None, chain_prefix: str | None = None) -> list[int]:
+    """Pids of running delayers: all of them, or those started with ``--chain <chain>``, or with a
+    ``--chain`` that starts with ``chain_prefix`` (``iptables.run_prefix(run_id)``: those of one run)."""
     out = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "-m" in cmd and MODULE in cmd and (chain is None or chain in cmd):
-            out.append(proc.pid)
+        if "-m" not in cmd or MODULE not in cmd:
+            continue
+        given = cmd[cmd.index("--chain") + 1] if "--chain" in cmd[:-1] else None
+        if chain is not None and given != chain:
+            continue
+        if chain_prefix is not None and (given is None or not given.startswith(chain_prefix)):
+            continue
+        out.append(proc.pid)
     return out
 
 

@@ -87,9 +87,8 @@ class NetLab:
     def destroy(self, wait_s: float = 5.0) -> list[str]:
         """Stop any delayer of this lab's run, delete the namespaces, and wait up to ``wait_s`` s
         for them to vanish. Idempotent; returns :func:`leftovers` (empty when all is gone)."""
-        for pid in find_delayers():
-            if _ours(pid, self.run_id):
-                stop_pid(pid)
+        for pid in find_delayers(chain_prefix=run_prefix(self.run_id)):
+            stop_pid(pid)
         for ns in reversed(self.namespaces):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
         self.namespaces.clear()
@@ -99,18 +98,10 @@ class NetLab:
         return leftovers(self.token)
 
 
-def _ours(pid: int, run_id: str) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return run_prefix(run_id).encode() in fh.read()
-    except OSError:
-        return False
-
-
 def leftovers(token: str) -> list[str]:
     """What of lab ``token`` still exists: namespaces, links of the host, delayer processes."""
     out = [f"netns {n}" for n in os.listdir(NETNS_DIR) if f"chaos-t{token}-" in n] if os.path.isdir(NETNS_DIR) else []
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, timeout=10).stdout
     out += [f"link {ln.split(':')[1].strip()}" for ln in links.splitlines() if token in ln]
-    out += [f"delayer pid {p}" for p in find_delayers() if _ours(p, f"test-{token}")]
+    out += [f"delayer pid {p}" for p in find_delayers(chain_prefix=run_prefix(f"test-{token}"))]
     return out

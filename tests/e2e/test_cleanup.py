@@ -105,7 +105,7 @@ def assert_nothing_left(run_dir: Path) -> None:
     assert leftover_processes(run_dir, run_id) == []
     assert leftover_network(run_id) == []
     assert leftover_mounts(run_dir) == [] and fs_pids(str(run_dir / "checkpoints")) == []
-    assert find_delayers(run_prefix(run_id)) == []
+    assert find_delayers(chain_prefix=run_prefix(run_id)) == []
     assert Manifest.read(run_dir) == []  # every resource released: by the run, or by cleanup
 
 

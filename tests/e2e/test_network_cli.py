@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from chaos.net.delayer import find_delayers
+from chaos.net.iptables import run_prefix
 from tests.conftest import REPO, SCENARIOS, interrupt_mid_fault, leftover_network, leftover_processes, runner_events
 
 pytestmark = [pytest.mark.e2e]
@@ -51,7 +52,7 @@ def test_interrupt_during_a_network_fault_leaves_nothing(tmp_path: Path, name: s
     run_id = run_dir.name
     assert leftover_network(run_id) == []
     assert leftover_processes(run_dir, run_id) == []
-    assert find_delayers() == []
+    assert find_delayers(chain_prefix=run_prefix(run_id)) == []  # not another test's, running beside this one
     events = [e["kind"] for e in runner_events(run_dir)]
     assert "interrupted" in events and "fault_heal" in events and "netns_teardown" in events
 

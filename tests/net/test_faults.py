@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import statistics
 
-import psutil
 import pytest
 
 from chaos.errors import CapabilityError
@@ -32,7 +31,7 @@ def assert_clean(lab: Lab) -> None:
         assert chaos_chains(Netns(net.netns_path)) == []
         kind, handle = tc.root_qdisc_handle(Netns(net.netns_path), net.iface)
         assert tc.is_default(handle), f"node {net.node} still has root qdisc {kind} {handle}"
-    assert [p for p in find_delayers() if run_prefix(lab.run_id) in " ".join(psutil.Process(p).cmdline())] == []
+    assert find_delayers(chain_prefix=run_prefix(lab.run_id)) == []
 
 
 def median_rtt(lab: Lab, src: int, dst: int, count: int = 20, interval_ms: float = 10) -> float:

@@ -12,7 +12,9 @@ from tests.conftest import REPO, SCENARIOS
 
 
 def test_a_closed_pipe_is_exit_141_without_a_traceback() -> None:
-    files = sorted(str(p) for p in SCENARIOS.glob("*.yaml"))
+    # Four pipe buffers of output, so that the write still blocked on the pipe when the reader leaves
+    # fails however fast or slow chaos is (one copy of the list fits in the 64 KiB buffer: exit 0).
+    files = sorted(str(p) for p in SCENARIOS.glob("*.yaml")) * 100
     proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "validate", "--json", *files], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None

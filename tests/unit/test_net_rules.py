@@ -175,3 +175,31 @@ def test_netem_delay_path_installs_and_heals_only_its_own_qdisc(monkeypatch: pyt
     assert fault.heal(env) == {"mechanism": "netem", "node": 0, "netns": "/proc/1/ns/net", "iface": "eth0",
                                "ip": "10.0.0.10", "removed_qdisc": tc.qdisc_handle("run-1/f0")}
     assert fault.heal(env) is None and fake.root == ("noqueue", "0:")
+
+
+def test_find_delayers_of_one_run_spares_another_runs() -> None:
+    """The check that a run left no delayer looks at that run's chains only (another test's delayer,
+    running beside it, made it fail in CI)."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from chaos.net.delayer import MODULE, find_delayers
+    from chaos.net.iptables import chain_name, run_prefix
+
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", MODULE, "--chain",
+                               chain_name(run, "f0")]) for run in ("run-a", "run-b")]
+    try:
+        for p in procs:  # the command line is the child's once it runs
+            while MODULE not in psutil.Process(p.pid).cmdline():
+                pass
+        a, b = (p.pid for p in procs)
+        assert {a, b} <= set(find_delayers())
+        assert a in find_delayers(chain_prefix=run_prefix("run-a"))
+        assert b not in find_delayers(chain_prefix=run_prefix("run-a"))
+        assert find_delayers(chain_name("run-b", "f0")) == [b]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
