@@ -67,6 +67,15 @@ def _fuse() -> str | None:
     return None if ok else why
 
 
+def _sshd() -> str | None:
+    """What the ssh test lab (real sshd hosts in namespaces on this machine) needs."""
+    if importlib.util.find_spec("paramiko") is None:
+        return "the ssh backend needs paramiko; pip install paramiko"
+    if not os.path.exists("/usr/sbin/sshd"):
+        return "the ssh test lab needs sshd (apt-get install openssh-server)"
+    return _netns()
+
+
 CAPABILITIES: dict[str, Callable[[], str | None]] = {
     "torch": _torch,
     "sklearn": _sklearn,
@@ -76,6 +85,7 @@ CAPABILITIES: dict[str, Callable[[], str | None]] = {
     "netns": _netns,
     "iptables": _iptables,
     "fuse": _fuse,
+    "sshd": _sshd,
 }
 
 

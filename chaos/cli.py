@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     doc = sub.add_parser("doctor", help="which backends and fault mechanisms this machine supports, and why not")
     doc.add_argument("--json", action="store_true")
+    doc.add_argument("--hosts", type=Path, default=None, metavar="FILE",
+                     help="check the ssh hosts a scenario (backend: {kind: ssh, hosts: ...}) or inventory file names "
+                     "instead: reachable, host key, python and torch there, root, netem, iptables, FUSE")
 
     cln = sub.add_parser("cleanup", help="undo what crashed runs left (processes, mounts, chains, namespaces, containers)",
                          description="Removes the resources of runs whose runner is dead: those their manifests "
@@ -127,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also every dead run in the machine-wide registry, wherever its run directory is")
     cln.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
     cln.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    cln.add_argument("--hosts", type=Path, default=None, metavar="FILE",
+                     help="clean the ssh hosts a scenario or inventory file names instead: on each, what dead runs "
+                     "left under backend.workdir (processes, chains, qdiscs, run directories)")
 
     lst = sub.add_parser("list", help="list scenarios, faults, checks and backends")
     lst.add_argument("--scenarios-dir", type=Path, default=Path("scenarios"))
@@ -279,9 +285,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Exit 0 whatever is missing: the table is the answer."""
-    from chaos.doctor import findings
+    from chaos.doctor import Finding, findings
 
-    rows = findings()
+    if args.hosts is not None:
+        from chaos.backends.ssh.hosts import doctor_hosts, load_hosts
+
+        rows = [Finding(**r) for r in doctor_hosts(load_hosts(args.hosts))]
+    else:
+        rows = findings()
     if args.json:
         print(json.dumps([r.to_json() for r in rows], indent=1))
         return EXIT_OK
@@ -306,6 +317,8 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     from chaos.cleanup import cleanup
     from chaos.paths import default_runs_dir
 
+    if args.hosts is not None:
+        return _cleanup_hosts(args)
     report = cleanup(args.runs_dir or default_runs_dir(), dry_run=args.dry_run, all_dead=args.all_dead)
     if args.json:
         print(json.dumps(report.to_json(), indent=1, default=str))
@@ -334,6 +347,32 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         console.print(f"  [red]refused[/] run {escape(str(r['run']))}: {escape(str(r['what']))}: "
                       f"{escape(str(r['why']))}", markup=True)
     return report.exit_code
+
+
+def _cleanup_hosts(args: argparse.Namespace) -> int:
+    """``chaos cleanup --hosts FILE``: exit 0 when every host answered and nothing failed, else 1."""
+    from chaos.backends.ssh.hosts import cleanup_hosts, load_hosts
+
+    report = cleanup_hosts(load_hosts(args.hosts), dry_run=args.dry_run)
+    bad = [h for h in report if "error" in h]
+    if args.json:
+        print(json.dumps(report, indent=1, default=str))
+        return EXIT_FAILED if bad else EXIT_OK
+    console = Console(highlight=False, soft_wrap=True)
+    verb = "would undo" if args.dry_run else "undid"
+    for h in report:
+        if "error" in h:
+            console.print(f"[red]host {escape(h['host'])}[/]: {escape(h['error'])}")
+            continue
+        dead = [r for r in h["runs"] if not r["live"]]
+        live = len(h["runs"]) - len(dead)
+        console.print(f"host {escape(h['host'])}: {verb} {len(dead)} dead run(s)"
+                      + (f"; left {live} live run(s) alone" if live else ""))
+        for r in dead:
+            what = [f"{k} {v}" for k in ("killed", "chains", "qdiscs") if (v := r.get(k))]
+            console.print(f"  {escape(r['run_dir'])}: {escape('; '.join(what) or 'nothing running')}"
+                          + (" (directory removed)" if r.get("removed") else ""))
+    return EXIT_FAILED if bad else EXIT_OK
 
 
 def cmd_list(args: argparse.Namespace) -> int:

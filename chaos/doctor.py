@@ -91,6 +91,8 @@ def findings() -> list[Finding]:
     out.append(_row("backend", "local", CAPABILITIES["torch"](), "torchrun agents on this host (no network faults)"))
     out.append(_row("backend", "netns", netns, "a network namespace per node on a bridge"))
     out.append(_row("backend", "docker", docker, "a container per node (engine answers)"))
+    ssh = None if importlib.util.find_spec("paramiko") else "the ssh backend needs paramiko; pip install paramiko"
+    out.append(_row("backend", "ssh", ssh, "a host per node over SSH; check the hosts with chaos doctor --hosts FILE"))
 
     no_net = None if (netns is None or docker is None) else "needs backend netns or docker; neither works here"
     out.append(_mechanism("delay", no_net, [

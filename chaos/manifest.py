@@ -60,6 +60,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "network": ("name",),
     "image": ("tag",),
     "reservation": ("pool", "value"),
+    "remote_host": ("node", "address"),  # an ssh host the run drove (port, user, workdir): cleanup --hosts
 }
 
 

@@ -20,6 +20,9 @@ from chaos.manifest import process_start, same_process
 PidResolver = Callable[[int, int], "int | None"]
 # called with a start event whose pid is a live process that is not one of the run's
 RefusedClaim = Callable[[dict[str, Any]], None]
+# host pid → its start time (None: gone); (host pid, start) → still that process? (the backend's)
+StartOf = Callable[[int], "float | None"]
+SameProcess = Callable[[int, "float | None"], bool]
 
 
 @dataclass
@@ -50,6 +53,8 @@ class WorkerTable:
     resolve: PidResolver | None = None
     refused: RefusedClaim | None = None
     host_pid_space: bool = True  # claimed pids are host pids (False: each node has its own pid namespace)
+    start_of: StartOf = process_start  # the backend's (a remote host's processes are looked at there)
+    same: SameProcess = same_process
 
     def observe(self, event: dict[str, Any]) -> None:
         """Update from one probe event."""
@@ -78,7 +83,7 @@ class WorkerTable:
         """Resolve a new worker's claimed pid once, now (it has just started); False if refused."""
         host = self.resolve(worker.node, worker.pid) if self.resolve else worker.pid
         if host is not None:
-            worker.host, worker.start = host, process_start(host)
+            worker.host, worker.start = host, self.start_of(host)
             return True  # (start None: it ended meanwhile, and counts as dead)
         if self.host_pid_space and alive(worker.pid):  # a live process, not one of the run's: a forged claim
             if self.refused is not None:
@@ -91,7 +96,7 @@ class WorkerTable:
         else None (gone, reused, or never resolved)."""
         if worker.host is None or worker.start is None:
             return None
-        return worker.host if same_process(worker.host, worker.start) else None
+        return worker.host if self.same(worker.host, worker.start) else None
 
     def is_alive(self, worker: Worker) -> bool:
         return self.host_pid(worker) is not None

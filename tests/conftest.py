@@ -87,7 +87,8 @@ def interrupt_mid_fault(scenario: Path, runs: Path, signum: int, timeout_s: floa
 TIMING = ("tests/net/", "tests/disk/", "tests/e2e/test_nodes.py", "tests/e2e/test_network_cli.py",
           "tests/e2e/test_disk.py", "tests/e2e/test_docker_faults.py",
           "tests/e2e/test_checkpoints.py",  # async saves are skipped while the previous one still runs
-          "tests/e2e/test_midwrite.py", "tests/e2e/test_loadable_windows.py")
+          "tests/e2e/test_midwrite.py", "tests/e2e/test_loadable_windows.py",
+          "tests/ssh/")  # real sshd hosts with network faults
 EXCLUSIVE = ("tests/e2e/test_cleanup.py", "tests/e2e/test_soak.py")
 
 

@@ -1,4 +1,4 @@
-"""Backends: where a scenario's nodes live (``local``, ``netns``, ``docker``)."""
+"""Backends: where a scenario's nodes live (``local``, ``netns``, ``docker``, ``ssh``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ BACKENDS = {
     "local": "each node is a torchrun agent on this host (c10d rendezvous on loopback); no network faults",
     "netns": "each node is a network namespace with its own IP on a bridge (veth); needs root",
     "docker": "each node is a container on a bridge network (Docker engine); image built locally or yours",
+    "ssh": "each node is a host reached over SSH (its own processes, clock and disk); known_hosts checked",
 }
 
 
@@ -26,6 +27,10 @@ def make_backend(spec: BackendSpec, run_id: str, run_dir: Path, log: RunnerLog) 
         from chaos.backends.docker import DockerBackend
 
         return DockerBackend(spec, run_id, run_dir, log)
+    if spec.kind == "ssh":
+        from chaos.backends.ssh.backend import SshBackend
+
+        return SshBackend(spec, run_id, run_dir, log)
     return LocalBackend(spec, run_id, run_dir, log)
 
 

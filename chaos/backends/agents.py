@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends.base import LaunchSpec, NodeNet
-from chaos.backends.procs import kill_run_processes, resolve_claim, run_processes, signal_pids, starts_of
+from chaos.backends.procs import (
+    LocalProcesses,
+    kill_run_processes,
+    resolve_claim,
+    run_processes,
+    signal_pids,
+    starts_of,
+)
 from chaos.backends.torchrun import AgentLogs, agent_env, reserve_port, torchrun_args
 from chaos.errors import ChaosError
 from chaos.history import RunnerLog
@@ -29,7 +36,7 @@ from chaos.scenario import NodesSpec
 TERM_GRACE_S = 3.0
 
 
-class HostAgents:
+class HostAgents(LocalProcesses):
     """Runs ``spec.nodes`` torchrun agents as child processes, each in its own session.
 
     Logs go to ``<run_dir>/logs/agent-node<N>.log`` (appended to across a node's restarts).
@@ -37,6 +44,7 @@ class HostAgents:
 
     kind = "host"
     shares_host_pids = True
+    shares_run_dir = True
 
     def __init__(self, spec: NodesSpec, run_id: str, run_dir: Path, log: RunnerLog) -> None:
         self.spec = spec
@@ -56,7 +64,7 @@ class HostAgents:
         self._recorded: dict[int, dict[str, Any]] = {}  # node → its current agent, as the manifest has it
 
     # -- what a subclass decides ---------------------------------------------------------------
-    def preflight(self) -> None:
+    def preflight(self, script: str | None = None) -> None:
         """Nothing to check: every machine that runs torch can run agents as processes."""
 
     def endpoint_host(self) -> str:
@@ -78,6 +86,9 @@ class HostAgents:
 
     def node_net(self, node: int) -> NodeNet | None:
         return None
+
+    def publish_control(self, name: str) -> None:
+        """The nodes read this host's run directory: nothing to do."""
 
     def destroy(self) -> None:
         """Undo :meth:`setup`; idempotent."""

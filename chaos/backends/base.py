@@ -1,9 +1,11 @@
 """The backend contract: where nodes live and how their torchrun agents start and stop.
 
-Three backends implement it: ``local`` (agents are processes on this host, loopback), ``netns``
-(one Linux network namespace per node on a bridge) and ``docker`` (one container per node on a
-user-defined bridge network). Faults act on nodes only through this contract, so every fault that a
-backend can support works the same way on each.
+Four backends implement it: ``local`` (agents are processes on this host, loopback), ``netns``
+(one Linux network namespace per node on a bridge), ``docker`` (one container per node on a
+user-defined bridge network) and ``ssh`` (one host per node, driven over SSH). A "host pid" is
+whatever the backend's :meth:`Backend.host_pid` returns and its process methods take: a pid of this
+host on the first three, a number naming (node, pid on that host) on ``ssh``. Faults act on nodes
+only through this contract, so every fault that a backend can support works the same way on each.
 """
 
 from __future__ import annotations
@@ -47,9 +49,14 @@ class Backend(Protocol):
         """True where workers see the host's pid namespace (a pid in an event is a host pid); False
         where each node has its own (docker without host pids): an unresolved claim is a gone worker."""
 
-    def preflight(self) -> None:
-        """Raise :class:`~chaos.errors.CapabilityError` (naming the fix) if this machine cannot run
-        the backend. Called before anything starts."""
+    shares_run_dir: bool
+    """True where the nodes read and write the runner's run directory (its checkpoints, logs, control
+    files): local, netns, docker. False on ssh, where each host has its own."""
+
+    def preflight(self, script: str | None = None) -> None:
+        """Raise :class:`~chaos.errors.CapabilityError` (naming the fix) if this machine (or, for
+        ``ssh``, a host) cannot run the backend, or ``script`` (the target's) is not where the nodes
+        run it. Called before anything starts."""
 
     def start(self, launch: LaunchSpec) -> None: ...
 
@@ -72,6 +79,23 @@ class Backend(Protocol):
         """The host pid of a process that reported itself as ``pid`` on ``node`` (containers have
         their own pid namespace); None if it is gone or is not one of the run's processes (a pid in an
         event is a claim: it resolves only to a descendant of a node's agent carrying the run's id)."""
+
+    def process_start(self, host_pid: int) -> float | None:
+        """Start time (Unix s) of the run's process ``host_pid`` (a pid :meth:`host_pid` returned), or
+        None if it is gone."""
+
+    def same_process(self, host_pid: int, start: float | None) -> bool:
+        """True while ``host_pid`` is still the process that started at ``start``."""
+
+    def signal_process(self, host_pid: int, start: float | None, signum: int) -> bool:
+        """Send ``signum`` to ``host_pid`` if it is still the process that started at ``start``; True if sent."""
+
+    def wait_gone(self, host_pids: dict[int, float | None], timeout_s: float) -> list[int]:
+        """Wait up to ``timeout_s`` s for those processes (host pid → start) to end; the ones still there."""
+
+    def publish_control(self, name: str) -> None:
+        """Make ``control/<name>``, just written in the run directory, visible to every node (a gate's
+        go-file): nothing to do where the nodes share the run directory."""
 
     def node_net(self, node: int) -> NodeNet | None:
         """The node's network namespace and address; None where nodes share the host's network

@@ -43,24 +43,25 @@ from chaos.backends.docker_engine import alive as _alive
 from chaos.backends.docker_nodes import IFACE, DockerNodes
 from chaos.backends.image import node_image
 from chaos.backends.names import container_name, network_name
-from chaos.backends.procs import kill_run_processes, ns_pid, resolve_claim, run_processes
+from chaos.backends.procs import LocalProcesses, kill_run_processes, ns_pid, resolve_claim, run_processes
 from chaos.errors import CapabilityError, ChaosError
 from chaos.logtext import error_lines
 
 TERM_GRACE_S = 3.0  # teardown: SIGTERM to every agent, then SIGKILL what still runs after this long
 
 
-class DockerBackend(DockerNodes):
+class DockerBackend(LocalProcesses, DockerNodes):
     """Runs ``spec.nodes`` torchrun agents, each the main process of its own container
     (:class:`~chaos.backends.docker_nodes.DockerNodes`: the network and containers)."""
 
     kind = "docker"
+    shares_run_dir = True  # bind-mounted at the same path in every container
 
     @property
     def shares_host_pids(self) -> bool:
         return bool(self.host_pids)
 
-    def preflight(self) -> None:
+    def preflight(self, script: str | None = None) -> None:
         """Raise :class:`~chaos.errors.CapabilityError` naming the fix if no Docker engine answers
         (``DOCKER_HOST`` or ``/var/run/docker.sock``), if ``spec.image`` is not on this machine (no
         registry is asked), or if the built image's interpreter is missing; raise
@@ -188,6 +189,9 @@ class DockerBackend(DockerNodes):
             if ns_pid(proc.pid) == pid and _alive(proc.pid):
                 return proc.pid
         return None
+
+    def publish_control(self, name: str) -> None:
+        """The containers see the run directory through their bind mount: nothing to do."""
 
     def node_net(self, node: int) -> NodeNet | None:
         """The container's network namespace (``/proc/<agent host pid>/ns/net``), address and

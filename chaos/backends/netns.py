@@ -112,7 +112,7 @@ class NetnsBackend(HostAgents):
         return NodeNet(node, self.ns_name(node), self.ip(node), str(NETNS_DIR / self.ns_name(node)), "eth0")
 
     # -- lifecycle ----------------------------------------------------------------------------------
-    def preflight(self) -> None:
+    def preflight(self, script: str | None = None) -> None:
         """Raise :class:`~chaos.errors.CapabilityError` naming the fix without root, nsenter, ip or pyroute2."""
         from chaos.capabilities import CAPABILITIES
 

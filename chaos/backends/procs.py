@@ -150,3 +150,34 @@ def starts_of(procs: list[psutil.Process]) -> dict[int, float | None]:
         except psutil.Error:
             continue
     return out
+
+
+class LocalProcesses:
+    """The process part of the backend contract where the run's processes are on this host
+    (``local``, ``netns``, ``docker``): host pids, checked and signalled here."""
+
+    def process_start(self, host_pid: int) -> float | None:
+        """Start time (Unix s) of ``host_pid``, or None if it is gone."""
+        from chaos.manifest import process_start
+
+        return process_start(host_pid)
+
+    def same_process(self, host_pid: int, start: float | None) -> bool:
+        """True while ``host_pid`` is the process that started at ``start``."""
+        return same_process(host_pid, start)
+
+    def signal_process(self, host_pid: int, start: float | None, signum: int) -> bool:
+        """:func:`signal_process` (only if it is still that process); True if sent."""
+        return signal_process(host_pid, start, signum)
+
+    def wait_gone(self, host_pids: dict[int, float | None], timeout_s: float) -> list[int]:
+        """Wait up to ``timeout_s`` s for the processes (host pid → start) to end; those still there."""
+        procs = []
+        for pid, start in host_pids.items():
+            try:
+                if start is None or same_process(pid, start):
+                    procs.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                continue
+        _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+        return sorted(p.pid for p in alive)

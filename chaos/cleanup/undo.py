@@ -298,6 +298,8 @@ UNDO: dict[str, Callable[[dict[str, Any], Any], tuple[str, str]]] = {
     "network": _network,
     "reservation": _nothing("the kernel dropped its lock with the runner"),
     "runner": _nothing("the runner is gone"),
+    "remote_host": lambda ids, docker: (KEPT, f"on host {ids.get('address')}: its daemon undid the run when the "
+                                              f"session ended; else `chaos cleanup --hosts {ids.get('address')}`"),
 }
 
 

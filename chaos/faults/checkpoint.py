@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.dcpcheck import is_dcp, item_offsets
-from chaos.errors import ChaosError
+from chaos.errors import CapabilityError, ChaosError
 from chaos.faults.base import FaultEnv, SpecFault
 from chaos.scenario import CheckpointFault
 
@@ -91,6 +91,12 @@ class CheckpointDamage(SpecFault):
     no checkpoint (or no metadata to delete)."""
 
     spec: CheckpointFault
+
+    def preflight(self, env: FaultEnv) -> None:
+        """Raise :class:`~chaos.errors.CapabilityError` where the checkpoints are not on this machine (ssh)."""
+        if not getattr(env.backend, "shares_run_dir", True):
+            raise CapabilityError("checkpoint", f"{self.spec.fault}: not yet on backend {env.backend.kind} (the "
+                                  "checkpoints are on the hosts); use backend netns or docker")
 
     def ready(self, env: FaultEnv) -> bool:
         return _newest(env) is not None

@@ -63,6 +63,9 @@ class Disk(SpecFault):
         root) no ``user_allow_other`` in /etc/fuse.conf."""
         from chaos.disk.mount import fuse_status
 
+        if not getattr(env.backend, "shares_run_dir", True):
+            raise CapabilityError("disk", f"disk: not yet on backend {env.backend.kind} (the filesystem would have to "
+                                  "be mounted on the host whose rank writes); use backend netns or docker")
         ok, why = fuse_status()
         if not ok:
             raise CapabilityError("fuse", f"disk: {why}")

@@ -34,7 +34,7 @@ from chaos.net.iptables import (
     partition_rules,
     remove_chain,
 )
-from chaos.net.netns import Netns, can_enter_namespaces
+from chaos.net.netns import can_enter_namespaces
 from chaos.net.node import NodeNet
 from chaos.scenario import BandwidthFault, DelayFault, LossFault, PartitionFault
 
@@ -143,13 +143,13 @@ class _NetworkFault(SpecFault):
         """Where to heal ``node``: where inject acted if that namespace still exists, else the
         node's current namespace; None if there is none (nothing left to undo there)."""
         net = self._nets.get(node)
-        if net is not None and Netns(net.netns_path).exists():
+        if net is not None and net.netns().exists():
             return net
         try:
             current = env.backend.node_net(node)
         except ChaosError:
             return None
-        return current if current is not None and Netns(current.netns_path).exists() else None
+        return current if current is not None and current.netns().exists() else None
 
     def _chain(self, env: FaultEnv) -> str:
         return chain_name(env.run_id, self.id)
@@ -176,7 +176,7 @@ class _QdiscFault(_NetworkFault):
     """A fault that is a root qdisc on the node's interface (netem or tbf)."""
 
     def _set_qdisc(self, env: FaultEnv, net: NodeNet, setter: Any) -> dict[str, Any]:
-        ns = Netns(net.netns_path)
+        ns = net.netns()
         kind, handle = tc.root_qdisc_handle(ns, net.iface)
         if not tc.is_default(handle) and handle != self._handle(env):
             raise ChaosError(f"{self.spec.fault}: node {net.node} ({net.iface}) already has a root qdisc {kind} "
@@ -189,7 +189,7 @@ class _QdiscFault(_NetworkFault):
 
     def _heal_qdisc(self, env: FaultEnv, mechanism: str) -> dict[str, Any] | None:
         net = self._heal_net(env, self.spec.node)
-        removed = net is not None and tc.clear_root_qdisc(Netns(net.netns_path), net.iface, self._handle(env))
+        removed = net is not None and tc.clear_root_qdisc(net.netns(), net.iface, self._handle(env))
         for n in {x.netns_path: x for x in (self._nets.get(self.spec.node), net) if x is not None}.values():
             env.manifest.release("qdisc", netns=n.netns_path, dev=n.iface, handle=self._handle(env))  # or gone with it
         if not removed or net is None:
@@ -227,9 +227,10 @@ class Delay(_QdiscFault):
         self._nets[net.node] = net
         self._delayer = Delayer()
         _record_chain(env, net, self._chain(env))
-        started = self._delayer.start(Netns(net.netns_path), net.iface, self._queue(env), self._chain(env),
+        started = self._delayer.start(net.netns(), net.iface, self._queue(env), self._chain(env),
                                       s.delay_ms, s.jitter_ms, s.correlation_pct)
-        self._delayer_ids = env.manifest.add_process("delayer", started["delayer_pid"], node=net.node)
+        if net.remote is None:  # a remote host's delayer is its daemon's to stop (and pids there are not ours)
+            self._delayer_ids = env.manifest.add_process("delayer", started["delayer_pid"], node=net.node)
         return {"mechanism": mech, **_where(net), **started, "delay_ms": s.delay_ms, "jitter_ms": s.jitter_ms}
 
     def heal(self, env: FaultEnv) -> dict[str, Any] | None:
@@ -246,7 +247,7 @@ class Delay(_QdiscFault):
             self._delayer_ids = None
         chain = self._chain(env)
         net = self._heal_net(env, self.spec.node)
-        if net is not None and remove_chain(Netns(net.netns_path), chain):
+        if net is not None and remove_chain(net.netns(), chain):
             done["chain"] = chain
         _release_chain(env, self._nets.get(self.spec.node) or net, chain)
         stray = [pid for pid in find_delayers(chain) if stop_pid(pid)]
@@ -283,7 +284,7 @@ class Loss(_QdiscFault):
             for peer in receivers:
                 self._nets[peer.node] = peer
                 _record_chain(env, peer, chain)
-                install_chain(Netns(peer.netns_path), chain, inbound_loss_rules(self.spec.percent, net.ip), ("INPUT",))
+                install_chain(peer.netns(), chain, inbound_loss_rules(self.spec.percent, net.ip), ("INPUT",))
         except ChaosError:
             self.heal(env)
             raise
@@ -298,7 +299,7 @@ class Loss(_QdiscFault):
         healed = []
         for node in self._receivers(env):
             peer = self._heal_net(env, node)
-            if peer is not None and remove_chain(Netns(peer.netns_path), chain):
+            if peer is not None and remove_chain(peer.netns(), chain):
                 healed.append(node)
             _release_chain(env, self._nets.get(node) or peer, chain)
         if not healed:
@@ -347,7 +348,7 @@ class Partition(_NetworkFault):
                 peers = [p.ip for p in sides[1 - k]]
                 for net in side:
                     _record_chain(env, net, chain)
-                    install_chain(Netns(net.netns_path), chain, partition_rules(peers), ("INPUT", "OUTPUT"))
+                    install_chain(net.netns(), chain, partition_rules(peers), ("INPUT", "OUTPUT"))
         except ChaosError:
             self.heal(env)
             raise
@@ -365,7 +366,7 @@ class Partition(_NetworkFault):
                 _release_chain(env, self._nets.get(node), chain)  # gone with its namespace
                 continue
             try:
-                if remove_chain(Netns(net.netns_path), chain):
+                if remove_chain(net.netns(), chain):
                     healed.append(node)
                 _release_chain(env, self._nets.get(node) or net, chain)
             except ChaosError as exc:  # heal the other nodes anyway, then report

@@ -12,9 +12,6 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-import psutil
-
-from chaos.backends.procs import signal_process
 from chaos.errors import ChaosError
 from chaos.faults.base import FaultEnv, SpecFault
 from chaos.scenario import KillFault, NodeCrashFault, NodeRestartFault, PauseFault
@@ -80,16 +77,10 @@ class Kill(SpecFault):
             return {**base, "still_alive": [p for p in targets if env.backend.agent_pid(self.spec.select.agent) == p]}
         starts = {h: start for h, (_, _, start) in _select_with_starts(env, self.spec.select.rank,
                                                                      self.spec.select.node).items()}
-        procs = []
-        for host in targets:
-            try:
-                proc = psutil.Process(host)
-            except psutil.NoSuchProcess:
-                continue
-            if host in starts and signal_process(host, starts[host], signum):
-                procs.append(proc)
-        _, alive = psutil.wait_procs(procs, timeout=KILL_WAIT_S)
-        return {**base, "host_pids": sorted(targets), "still_alive": sorted(targets[p.pid][0] for p in alive)}
+        sent = {host: starts[host] for host in targets
+                if host in starts and env.backend.signal_process(host, starts[host], signum)}
+        alive = env.backend.wait_gone(sent, KILL_WAIT_S)
+        return {**base, "host_pids": sorted(targets), "still_alive": sorted(targets[p][0] for p in alive)}
 
 
 class Pause(SpecFault):
@@ -136,7 +127,7 @@ class Pause(SpecFault):
         if not targets:
             raise ChaosError(f"pause: no live process for {sel.describe()}")
         for host, (_, _, start) in targets.items():
-            if signal_process(host, start, signal.SIGSTOP):
+            if env.backend.signal_process(host, start, signal.SIGSTOP):
                 self._stopped.append((host, start))
         return {"signal": "SIGSTOP", "pids": sorted(p for p, _, _ in targets.values()), "host_pids": sorted(targets),
                 "ranks": sorted(r for _, r, _ in targets.values()), "duration_s": self.spec.duration_s}
@@ -147,7 +138,7 @@ class Pause(SpecFault):
             return {"thawed": env.backend.thaw_node(self.spec.select.node)}
         if not self._stopped:
             return None
-        resumed = [host for host, start in self._stopped if signal_process(host, start, signal.SIGCONT)]
+        resumed = [host for host, start in self._stopped if env.backend.signal_process(host, start, signal.SIGCONT)]
         self._stopped = []
         return {"signal": "SIGCONT", "host_pids": resumed}
 

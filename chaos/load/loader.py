@@ -111,7 +111,8 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
     out += target_env_problems(data, base_dir, at)
     steps = _int(target.get("steps"))
     every = _int(target.get("checkpoint_every"))
-    nodes = _int(backend.get("nodes", 1))
+    hosts = backend.get("hosts") if backend.get("kind") == "ssh" else None
+    nodes = _int(backend.get("nodes", len(hosts) if isinstance(hosts, list) else 1))  # ssh: a node per host
     nproc = _int(backend.get("nproc_per_node", 2))
     world = nodes * nproc if nodes and nproc else None
     schedule = data.get("schedule")

@@ -264,10 +264,17 @@ class Delayer:
         if seed is not None:
             args += ["--seed", str(seed)]
         self.ns, self.chain = ns, chain
-        self.proc = ns.popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, start_new_session=True)
+        if ns.remote is not None:  # on a remote host: its interpreter, watching its daemon
+            args[0] = ns.remote.python
+            if parent_pid is None:
+                args[args.index("--parent-pid") + 1] = str(ns.remote.parent_pid)
+            self.proc = ns.remote.spawn_ready(ns.command(args), READY, timeout_s)
+        else:
+            self.proc = ns.popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, start_new_session=True)
         try:
-            self._wait_ready(timeout_s)
+            if ns.remote is None:
+                self._wait_ready(timeout_s)
             install_chain(ns, chain, nfqueue_rules(queue_num, iface), ("OUTPUT",), after_ours=True)
         except ChaosError:
             self.stop()

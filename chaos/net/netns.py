@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from chaos.errors import ChaosError
 
@@ -23,19 +23,42 @@ def _text(out: str | bytes | None) -> str:
     return out.decode(errors="replace") if isinstance(out, bytes) else out
 
 
+class RemoteHost(Protocol):
+    """Where a remote host's network namespace is acted on (the ``ssh`` backend's host daemon)."""
+
+    python: str  # the host's interpreter (the NFQUEUE delayer runs under it)
+    parent_pid: int  # the host daemon's pid there (a delayer exits when it is gone)
+
+    def exec(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]: ...
+
+    def spawn_ready(self, argv: list[str], ready: str, timeout: float) -> Any:
+        """Start ``argv`` there, wait for its ``ready`` line; a Popen-like handle (pid, poll,
+        terminate, kill, wait). Raises :class:`~chaos.errors.ChaosError` if it is not ready."""
+
+
 @dataclass(frozen=True)
 class Netns:
     """A network namespace, named by what ``nsenter --net=`` enters: ``/run/netns/<name>`` or
-    ``/proc/<pid>/ns/net``."""
+    ``/proc/<pid>/ns/net``; with ``remote``, a remote host's own namespace (``path`` names the host,
+    ``ssh://<address>``), where commands run as they are, through that host's daemon."""
 
     path: str
+    remote: RemoteHost | None = field(default=None, compare=False)
 
     def exists(self) -> bool:
-        """True while the namespace's file exists (a container's goes away with its init process)."""
+        """True while the namespace's file exists (a container's goes away with its init process);
+        a remote host's is there while its daemon answers."""
+        if self.remote is not None:
+            try:
+                return self.remote.exec(["true"], 10).returncode == 0
+            except ChaosError:
+                return False
         return os.path.exists(self.path)
 
     def command(self, args: list[str]) -> list[str]:
-        """``nsenter --net=<path> <args>``."""
+        """``nsenter --net=<path> <args>`` (on a remote host: ``args``, run in the host's namespace)."""
+        if self.remote is not None:
+            return list(args)
         return [NSENTER, f"--net={self.path}", *args]
 
     def run(self, args: list[str], check: bool = True, timeout: float = 10) -> subprocess.CompletedProcess[str]:
@@ -44,6 +67,12 @@ class Netns:
         Raises :class:`~chaos.errors.ChaosError` naming the command and its stderr when it exits
         non-zero (with ``check``), times out, or cannot start."""
         cmd = self.command(args)
+        if self.remote is not None:
+            proc = self.remote.exec(cmd, timeout)
+            if check and proc.returncode != 0:
+                raise ChaosError(f"`{' '.join(cmd)}` on {self.path} exited {proc.returncode}: "
+                                 f"{proc.stderr.strip() or proc.stdout.strip()}")
+            return proc
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as exc:

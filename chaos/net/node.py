@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos.net.netns import Netns
 
 
 @dataclass(frozen=True)
@@ -10,7 +13,8 @@ class NodeNet:
     """Where a node's network lives, for network faults.
 
     ``netns_path`` is what ``nsenter --net=<path>`` enters (``/run/netns/<name>`` for the netns
-    backend, ``/proc/<pid>/ns/net`` of the container's init for docker); ``iface`` is the node's
+    backend, ``/proc/<pid>/ns/net`` of the container's init for docker, ``ssh://<address>`` for an
+    ``ssh`` host, with ``remote`` set); ``iface`` is the node's
     interface on the run's network (its qdisc is what ``tc`` changes); ``ip`` its address there.
     """
 
@@ -19,3 +23,8 @@ class NodeNet:
     ip: str
     netns_path: str
     iface: str
+    remote: Any = field(default=None, compare=False)  # a chaos.net.netns.RemoteHost: the node is a remote host
+
+    def netns(self) -> Netns:
+        """The namespace network faults act in (a remote host's, through its daemon)."""
+        return Netns(self.netns_path, self.remote)

@@ -223,6 +223,8 @@ class Nemesis:
             self.faults[a.index].heal(self.env)
         elif a.kind == "open":
             (self.control_dir / f"go-{e.gate}").touch()
+            if self.env.backend is not None:  # (no backend: the nemesis's own unit tests)
+                self.env.backend.publish_control(f"go-{e.gate}")
         elif a.kind == "release":
             matcher = self.matchers[a.index]
             if matcher is not None:

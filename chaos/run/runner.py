@@ -115,10 +115,30 @@ def preflight(scenario: Scenario) -> None:
         log = RunnerLog(Path(tmp) / "runner.jsonl")
         try:
             backend = make_backend(scenario.backend, "preflight", Path(tmp), log)
-            backend.preflight()
+            backend.preflight(str(scenario.script_path))
+            if not backend.shares_run_dir:
+                _own_run_dirs(scenario)
             Nemesis(scenario, FaultEnv(backend, WorkerTable(), "preflight"), log, Path(tmp) / "control").preflight()
         finally:
             log.close()
+
+
+def _own_run_dirs(scenario: Scenario) -> None:
+    """Raise :class:`~chaos.errors.CapabilityError` for what needs the nodes' files on this machine
+    (a black-box target's log lines and checkpoint files, the checkpoint watcher's checks) on a
+    backend whose nodes keep their own run directories (ssh)."""
+    from chaos.errors import CapabilityError
+
+    needs = needs_of(scenario)
+    what = [name for name, needed in (("a black-box target (its logs and checkpoint files are read here)",
+                                       scenario.blackbox is not None),
+                                      ("the checkpoint durability checks (they read checkpoints here)",
+                                       needs.checkpoint_watch),
+                                      ("the checkpoint writer scan", needs.writer_scan)) if needed]
+    if what:
+        raise CapabilityError(scenario.backend.kind, f"backend {scenario.backend.kind} does not support {what[0]} "
+                              "yet: each host keeps its own run directory; run this scenario on backend netns or "
+                              "docker")
 
 
 def reference_run(scenario: Scenario, runs_dir: Path, deadline_s: float | None = None) -> RunResult:
@@ -151,7 +171,8 @@ class _Run:
         self.manifest = Manifest(self.run_dir)  # what the run sets up, for chaos cleanup after a crash
         self.backend = make_backend(scenario.backend, self.run_id, self.run_dir, self.log)
         self.workers = WorkerTable(resolve=self.backend.host_pid, refused=self._refused_claim,
-                                   host_pid_space=self.backend.shares_host_pids)
+                                   host_pid_space=self.backend.shares_host_pids,
+                                   start_of=self.backend.process_start, same=self.backend.same_process)
         box = scenario.blackbox
         self.env = FaultEnv(self.backend, self.workers, self.run_id, checkpoint_dir=str(self.run_dir / "checkpoints"),
                             checkpoint_globs=[resolve_pattern(p, self.run_dir, scenario.work_dir(self.run_dir))

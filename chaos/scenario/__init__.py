@@ -14,6 +14,8 @@ from chaos.scenario.backend import (
     LocalBackendSpec,
     NetnsBackendSpec,
     NodesSpec,
+    SshBackendSpec,
+    SshHostSpec,
     is_elastic,
 )
 from chaos.scenario.blackbox import BlackboxSpec
@@ -46,6 +48,8 @@ __all__ = [
     "DelayFault",
     "DiskFault",
     "DockerBackendSpec",
+    "SshBackendSpec",
+    "SshHostSpec",
     "FaultModel",
     "FaultSpec",
     "GradientFault",

@@ -3,6 +3,7 @@ the ``local``, ``netns`` and ``docker`` kinds (:data:`BackendSpec`, discriminate
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -107,4 +108,66 @@ class DockerBackendSpec(NodesSpec):
                                "in 10.214.0.0/16.")
 
 
-BackendSpec = Annotated[LocalBackendSpec | NetnsBackendSpec | DockerBackendSpec, Field(discriminator="kind")]
+class SshHostSpec(_Model):
+    """One host of the ``ssh`` backend. Authentication is by key file or SSH agent only: a scenario
+    file never holds a password."""
+
+    address: str = Field(min_length=1, max_length=253, description="Host name or IP address; the other hosts "
+                         "and this runner reach it there (torchrun --local-addr).")
+    user: str | None = Field(default=None, max_length=64, description="Login user (default: yours).")
+    port: int = Field(default=22, ge=1, le=65535, description="sshd's port.")
+    key: str | None = Field(default=None, max_length=4096, description="Private key file (default: ssh-agent, "
+                            "then ~/.ssh/id_*).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_password(cls, data: object) -> object:
+        if isinstance(data, dict) and ("password" in data or "passphrase" in data):
+            raise ValueError("no passwords in scenario files; give key: (a private key file) or load the key "
+                             "into ssh-agent")
+        return data
+
+
+class SshBackendSpec(NodesSpec):
+    """Every node is a host reached over SSH (paramiko), with its own processes, clock and disk: one
+    torchrun agent per host, driven by a host daemon (``chaos.backends.ssh.hostd``) the runner starts
+    there. Host keys are checked against ``known_hosts``."""
+
+    kind: Literal["ssh"]
+    hosts: list[SshHostSpec] = Field(min_length=1, max_length=16, description="The hosts, node i on hosts[i].")
+    workdir: str = Field(default="/var/tmp/chaos", min_length=1, description="Directory on each host under which "
+                         "the run's own directory (events, control, checkpoints, logs) is made; no other user may "
+                         "write it.")
+    python: str | None = Field(default=None, description="The interpreter on the hosts (with torch and chaos); "
+                               "default: this runner's interpreter path.")
+    known_hosts: str | None = Field(default=None, description="known_hosts file the host keys are checked "
+                                    "against; default ~/.ssh/known_hosts.")
+    host_key_policy: Literal["reject", "accept-new"] = Field(
+        default="reject", description="reject: a host whose key is not in known_hosts is refused; accept-new: "
+        "trust an unknown host's key on first use and add it (never a changed key).")
+    checkpoint_dir: str | None = Field(
+        default=None, description="A directory every host shares (NFS, Lustre, ...): the run's checkpoints go to "
+        "<checkpoint_dir>/<run id> ({checkpoint_dir} in target args), which every node reads, as a job whose rank 0 "
+        "alone saves needs. Default: node-local, each host's own run directory (a node restores only what it saved).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nodes_from_hosts(cls, data: object) -> object:
+        if isinstance(data, dict) and isinstance(data.get("hosts"), list) and "nodes" not in data:
+            return {**data, "nodes": len(data["hosts"])}
+        return data
+
+    @model_validator(mode="after")
+    def _one_host_per_node(self) -> SshBackendSpec:
+        if len(self.hosts) != self.nodes:
+            raise ValueError(f"nodes={self.nodes} but {len(self.hosts)} hosts are given; one host per node "
+                             "(leave nodes out to take len(hosts))")
+        for name in ("workdir", "checkpoint_dir"):
+            value = getattr(self, name)
+            if value is not None and not os.path.isabs(value):
+                raise ValueError(f"{name}={value!r} must be an absolute path on the hosts")
+        return self
+
+
+BackendSpec = Annotated[LocalBackendSpec | NetnsBackendSpec | DockerBackendSpec | SshBackendSpec,
+                        Field(discriminator="kind")]

@@ -38,7 +38,7 @@ def unsupported(kind: str, shape: TargetShape) -> str | None:
     """Why ``kind`` cannot act on this target and backend, or None if it can."""
     row = fault_kinds.kind(kind)
     if row.network and not shape.has_network:
-        return f"needs each node to have its own network (backend netns or docker), not {shape.backend}"
+        return f"needs each node to have its own network (backend netns, docker or ssh), not {shape.backend}"
     if row.needs_regroup and (shape.nodes < 2 or not shape.elastic):
         return ("needs an elastic job of several nodes (backend nodes >= 2 and min_nodes < nodes), so the "
                 "survivors regroup")

@@ -129,7 +129,7 @@ def test_schedule_round_trips_and_prints_readably() -> None:
     ({"families": ["kill", "bogus"]}, "unknown family 'bogus'; use one of kill, pause"),
     ({"families": "kill"}, "families='kill': give a list of names"),
     ({"families": []}, "families=[]: name at least one of"),
-    ({"families": ["network"]}, "'network' needs each node to have its own network (backend netns or docker), not local"),
+    ({"families": ["network"]}, "'network' needs each node to have its own network (backend netns, docker or ssh), not local"),
     ({"families": ["node"]}, "'node' needs an elastic job of several nodes"),
 ])
 def test_invalid_arguments_are_named(kwargs: dict, message: str) -> None:

@@ -1,0 +1,438 @@
+"""The ``ssh`` backend: node i is ``hosts[i]``, reached over SSH, with its own processes, clock and disk.
+
+The runner opens one connection per host (:class:`~chaos.backends.ssh.link.HostLink`) and starts the
+host daemon there (:mod:`chaos.backends.ssh.hostd`), which makes the host's run directory
+``<workdir>/<run id>``, starts and watches the node's torchrun agent, and pushes every new line of
+the host's ``events/*.jsonl``. Those lines land in the runner's own ``events/`` as
+``host<i>-<name>``, their ``t`` corrected by the host's clock offset (measured when the run starts,
+again when it ends; both go to the journal as ``clock_offsets``), so the one journal is in the
+runner's time. The c10d rendezvous is on ``hosts[rdzv_node]``; each agent has ``--local-addr`` its
+host's address and gloo that address's interface.
+
+**Paths.** Where the job's arguments, environment or working directory name the runner's run
+directory, the host's run directory is put instead (checkpoints are node-local unless the scenario
+points them at a shared path). The target script and the interpreter must exist at the same path on
+every host (deployed as the job's code is); preflight checks both.
+
+**Pids.** Each host has its own process table. A "host pid" here is ``(node + 1) << 22 | pid`` (pid
+as on that host; Linux pids are below 2**22), so it names the host too; the backend's process
+methods (signal, liveness, start time) ask that host's daemon.
+
+**Cleanup.** The daemon undoes the run on its host when its session ends, however it ends (the
+runner's SIGKILL closes the connection); ``chaos cleanup --hosts`` covers a daemon that was killed
+itself (see :func:`chaos.backends.ssh.hostd.cleanup_workdir`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from chaos.backends.base import LaunchSpec, NodeNet
+from chaos.backends.ssh.clock import Offset, measure
+from chaos.backends.ssh.link import HostLink
+from chaos.backends.ssh.remote import HostExec
+from chaos.backends.torchrun import AgentLogs, agent_env, torchrun_args
+from chaos.errors import CapabilityError, ChaosError
+from chaos.history import RunnerLog, finite_number
+from chaos.logtext import error_lines
+from chaos.manifest import Manifest
+from chaos.scenario import SshBackendSpec
+
+PID_BITS = 22
+HOSTD = "chaos.backends.ssh.hostd"
+
+
+def host_pid_of(node: int, pid: int) -> int:
+    """The backend's name for process ``pid`` of ``node``'s host."""
+    return ((node + 1) << PID_BITS) | pid
+
+
+def split_pid(host_pid: int) -> tuple[int, int]:
+    """(node, pid on that host) of a :func:`host_pid_of` number."""
+    return (host_pid >> PID_BITS) - 1, host_pid & ((1 << PID_BITS) - 1)
+
+
+def make_link(spec: SshBackendSpec, node: int) -> HostLink:
+    h = spec.hosts[node]
+    return HostLink(h.address, h.port, h.user, h.key, spec.known_hosts, spec.host_key_policy == "accept-new")
+
+
+def check_host(spec: SshBackendSpec, node: int, script: str | None = None) -> dict[str, Any]:
+    """Connect to ``hosts[node]`` and check it can run the job: the interpreter with torch and chaos,
+    the script (if given) and a safe workdir. What was found; raises
+    :class:`~chaos.errors.CapabilityError` naming the host and the fix."""
+    link = make_link(spec, node).connect()
+    try:
+        python = spec.python or sys.executable
+        probe = ("import json, os, sys; out = {'python': sys.executable, 'euid': os.geteuid()}\n"
+                 "try:\n import torch; out['torch'] = torch.__version__\nexcept ImportError: out['torch'] = None\n"
+                 "try:\n import chaos.probe; out['chaos'] = True\nexcept ImportError: out['chaos'] = False\n"
+                 "print(json.dumps(out))")
+        rc, out, err = link.run([python, "-c", probe])
+        if rc != 0:
+            raise CapabilityError("ssh", f"host {link.name}: the interpreter {python} does not run there "
+                                  f"({(err or out).strip()[-200:]}); set backend.python to the hosts' interpreter")
+        found = json.loads(out.strip().splitlines()[-1])
+        if not found.get("torch"):
+            raise CapabilityError("ssh", f"host {link.name}: {python} has no torch; install it there "
+                                  "(`pip install torch`) or set backend.python to an interpreter that has it")
+        if not found.get("chaos"):
+            raise CapabilityError("ssh", f"host {link.name}: {python} cannot import chaos; install chaos there "
+                                  "(the job imports its probe, and the runner starts its host daemon)")
+        if script is not None:
+            rc, _, _ = link.run(["test", "-f", script])
+            if rc != 0:
+                raise CapabilityError("ssh", f"host {link.name}: the target script {script} is not there; deploy "
+                                      "the job's code at the same path on every host")
+        return {"host": link.name, **found}
+    finally:
+        link.close()
+
+
+class SshBackend:
+    """One torchrun agent per host over SSH (see the module docstring). Implements
+    :class:`chaos.backends.base.Backend`."""
+
+    kind = "ssh"
+    shares_host_pids = False
+    shares_run_dir = False
+
+    def __init__(self, spec: SshBackendSpec, run_id: str, run_dir: Path, log: RunnerLog) -> None:
+        self.spec = spec
+        self.run_id = run_id
+        self.run_dir = Path(run_dir)
+        self.log = log
+        self.nodes = spec.nodes
+        self.python = spec.python or sys.executable
+        self.links: dict[int, HostLink] = {}
+        self.hello: dict[int, dict[str, Any]] = {}
+        self.offsets: dict[int, Offset] = {}
+        self.iface: dict[int, str | None] = {}
+        self.port = 0
+        self.launch: LaunchSpec | None = None
+        self._agent: dict[int, int | None] = {}  # node → pid (on its host) of the running agent
+        self._exits: list[tuple[int, int, int]] = []  # (node, pid, code) pushed, not yet polled
+        self._exited = threading.Condition()
+        self._resolved: dict[int, float] = {}  # host pid → start
+        self._gone: set[int] = set()
+        self._files: dict[str, Any] = {}
+        self._write = threading.Lock()
+        self._frozen: set[int] = set()
+        self._log_offsets: dict[str, int] = {}
+        self.logs = AgentLogs(self.run_dir / "logs")
+        self.manifest = Manifest(self.run_dir)
+        self.shared_checkpoints: str | None = None  # <checkpoint_dir>/<run id> where the hosts share one
+
+    # -- before anything starts ----------------------------------------------------------------------
+    def preflight(self, script: str | None = None) -> None:
+        """Check every host (:func:`check_host`), all at once. Raises :class:`~chaos.errors.CapabilityError`
+        naming the first host that cannot run the job and the fix."""
+        with ThreadPoolExecutor(max_workers=self.nodes) as pool:
+            for fut in [pool.submit(check_host, self.spec, n, script) for n in range(self.nodes)]:
+                fut.result()
+
+    # -- start --------------------------------------------------------------------------------------------
+    def start(self, launch: LaunchSpec) -> None:
+        """Connect to every host, start its daemon, measure its clock, then start the agents.
+        Raises :class:`~chaos.errors.ChaosError` (whatever was started is left for :meth:`teardown`)."""
+        self.launch = launch
+        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        with ThreadPoolExecutor(max_workers=self.nodes) as pool:
+            list(pool.map(self._open, range(self.nodes)))
+        self._record_offsets("start")
+        rdzv = self.links[self.spec.rdzv_node]
+        self.port = int(rdzv.call("free_port"))
+        if self.spec.checkpoint_dir is not None:
+            self.shared_checkpoints = str(rdzv.call("shared_dir", root=self.spec.checkpoint_dir))
+        self.log.record("ssh_checkpoints", where="shared" if self.spec.checkpoint_dir else "node-local",
+                        path=self.shared_checkpoints or f"{self.spec.workdir}/<run id>-n<node>/checkpoints")
+        for node in range(self.nodes):
+            self._start_agent(node)
+
+    def _open(self, node: int) -> None:
+        link = make_link(self.spec, node).connect()
+        self.links[node] = link
+        self.manifest.add("remote_host", node=node, address=link.address, port=link.port, user=link.user,
+                          workdir=self.spec.workdir)
+        def push(msg: dict[str, Any]) -> None:
+            self._on_push(node, msg)
+
+        link.start_daemon([self.python, "-m", HOSTD, "--run-id", self.run_id, "--workdir", self.spec.workdir,
+                           "--node", str(node)], push)
+        try:
+            self.hello[node] = link.call("hello")
+        except ChaosError as exc:
+            raise ChaosError(f"{exc}; check backend.workdir ({self.spec.workdir}) and backend.python") from exc
+        self.iface[node] = link.call("iface_of", address=self.spec.hosts[node].address)
+        self.offsets[node] = measure(lambda: float(link.call("time")))
+
+    def _record_offsets(self, phase: str) -> None:
+        self.log.record("clock_offsets", phase=phase, hosts={
+            str(n): {"address": self.links[n].address, **o.as_dict()} for n, o in sorted(self.offsets.items())})
+
+    def remote_dir(self, node: int) -> str:
+        return str(self.hello[node]["run_dir"])
+
+    def _map(self, node: int, text: str) -> str:
+        """``text`` with the runner's run directory replaced by ``node``'s host's (its checkpoint
+        directory by the shared one, if the hosts share one)."""
+        if self.shared_checkpoints is not None:
+            text = text.replace(str(self.run_dir / "checkpoints"), self.shared_checkpoints)
+        return text.replace(str(self.run_dir), self.remote_dir(node))
+
+    def _start_agent(self, node: int) -> None:
+        assert self.launch is not None
+        launch = self.launch
+        host = self.spec.hosts[node]
+        env = agent_env(self.spec, launch, node, self.iface.get(node))
+        env["CHAOS_RUNNER_PID"] = str(self.hello[node]["pid"])  # a probe held at a gate watches the daemon
+        if self.spec.share_rdzv_tcp_store:
+            env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
+        env = {k: self._map(node, v) for k, v in env.items()}
+        remote = self.remote_dir(node)
+        args = torchrun_args(self.spec, node, self.run_id, Path(remote) / "logs" / "torchelastic",
+                             self.spec.hosts[self.spec.rdzv_node].address, self.port, host.address)
+        argv = [self.python, "-m", "chaos.agent_main", *args, *launch.torchrun_args, launch.script,
+                *(self._map(node, a) for a in launch.args)]
+        cwd = self._map(node, launch.cwd or str(self.run_dir))
+        started = self.links[node].call("spawn", argv=argv, env=env, cwd=cwd, log=f"logs/agent-node{node}.log")
+        self._agent[node] = int(started["pid"])
+        self.log.record("agent_start", node=node, pid=started["pid"], host=self.links[node].name, cmd=argv, cwd=cwd)
+
+    # -- pushes from the hosts ---------------------------------------------------------------------------------
+    def _on_push(self, node: int, msg: dict[str, Any]) -> None:
+        kind = msg.get("push")
+        if kind == "lines":
+            self._mirror(node, str(msg.get("file", "")), msg.get("lines") or [])
+        elif kind == "gone":
+            with self._exited:
+                self._gone.update(host_pid_of(node, int(p)) for p in msg.get("pids", []))
+                self._exited.notify_all()
+        elif kind == "exit":
+            with self._exited:
+                pid = int(msg["pid"])
+                if self._agent.get(node) == pid:
+                    self._agent[node] = None
+                self._exits.append((node, pid, int(msg["code"])))
+                self._exited.notify_all()
+        elif kind == "error":
+            self.log.record("host_daemon_error", node=node, error=str(msg.get("error"))[:500])
+
+    def _mirror(self, node: int, name: str, lines: list[str]) -> None:
+        """Append the host's event lines to ``events/host<node>-<name>``, ``t`` in the runner's time."""
+        if not name.endswith(".jsonl") or "/" in name or name.startswith("."):
+            return
+        offset = self.offsets.get(node)
+        out = []
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a torn or forged line: the runner's own reader would skip it too
+            if isinstance(event, dict) and finite_number(event.get("t")) and offset is not None:
+                event["t_host"] = event["t"]
+                event["t"] = event["t"] - offset.offset_s
+            out.append(json.dumps(event) + "\n")
+        with self._write:
+            f = self._files.get(name)
+            if f is None:
+                f = self._files[name] = open(self.run_dir / "events" / f"host{node}-{name}", "a",  # noqa: SIM115
+                                             encoding="utf-8")
+            f.write("".join(out))
+            f.flush()
+
+    # -- the contract -------------------------------------------------------------------------------------------
+    def poll(self) -> list[tuple[int, int]]:
+        with self._exited:
+            exits, self._exits = self._exits, []
+        out = []
+        for node, pid, code in exits:
+            extra: dict[str, Any] = {}
+            self._sync_logs(node)
+            if code != 0:
+                log = self.logs.path(node)
+                extra = {"log": str(log), "log_tail": " | ".join(error_lines(log))}
+            self.log.record("agent_exit", node=node, pid=pid, exit_code=code, **extra)
+            out.append((node, code))
+        return out
+
+    def running(self) -> bool:
+        return any(pid is not None for pid in self._agent.values())
+
+    def agent_pid(self, node: int) -> int | None:
+        pid = self._agent.get(node)
+        return host_pid_of(node, pid) if pid is not None else None
+
+    def _wait_exit(self, node: int, wait_s: float) -> bool:
+        deadline = time.monotonic() + wait_s
+        with self._exited:
+            while self._agent.get(node) is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._exited.wait(left)
+        return True
+
+    def signal_agent(self, node: int, signum: int, wait_s: float) -> bool:
+        if self._agent.get(node) is None or not self.links[node].call("signal_agent", signum=int(signum)):
+            return False
+        self._wait_exit(node, wait_s)
+        return True
+
+    def worker_exit_codes(self) -> dict[int, int]:
+        for node in self.links:
+            self._sync_logs(node)
+        return self.logs.exit_codes(range(self.nodes))
+
+    def host_pid(self, node: int, pid: int) -> int | None:
+        for n in [node, *(n for n in self.links if n != node)]:
+            if n not in self.links:
+                continue
+            try:
+                start = self.links[n].call("resolve", pid=int(pid))
+            except ChaosError:
+                continue
+            if start is not None:
+                hp = host_pid_of(n, int(pid))
+                self._resolved[hp] = float(start)
+                self._gone.discard(hp)
+                return hp
+        return None
+
+    def process_start(self, host_pid: int) -> float | None:
+        return None if host_pid in self._gone else self._resolved.get(host_pid)
+
+    def same_process(self, host_pid: int, start: float | None) -> bool:
+        return start is not None and host_pid not in self._gone and self._resolved.get(host_pid) == start
+
+    def signal_process(self, host_pid: int, start: float | None, signum: int) -> bool:
+        node, pid = split_pid(host_pid)
+        if node not in self.links or not self.same_process(host_pid, start):
+            return False
+        return bool(self.links[node].call("signal", pid=pid, start=start, signum=int(signum)))
+
+    def wait_gone(self, host_pids: dict[int, float | None], timeout_s: float) -> list[int]:
+        deadline = time.monotonic() + timeout_s
+        with self._exited:
+            while True:
+                alive = sorted(p for p in host_pids if p not in self._gone and p in self._resolved)
+                left = deadline - time.monotonic()
+                if not alive or left <= 0:
+                    return alive
+                self._exited.wait(min(left, 0.05))
+
+    def publish_control(self, name: str) -> None:
+        """Write ``control/<name>`` on every host (a gate's go-file: the rank that waits is on one of them)."""
+        with ThreadPoolExecutor(max_workers=max(1, len(self.links))) as pool:
+            list(pool.map(lambda link: link.call("write", path=f"control/{name}", data=""), self.links.values()))
+
+    def node_net(self, node: int) -> NodeNet | None:
+        link = self.links.get(node)
+        iface = self.iface.get(node)
+        if link is None or link.closed.is_set() or iface is None:
+            return None
+        address = self.spec.hosts[node].address
+        return NodeNet(node, address, address, f"ssh://{address}", iface,
+                       remote=HostExec(link, self.python, int(self.hello[node]["pid"])))
+
+    def node_pids(self, node: int) -> list[int]:
+        if node not in self.links:
+            return []
+        found = self.links[node].call("processes")
+        for pid, start in found.items():
+            if start is not None:
+                self._resolved.setdefault(host_pid_of(node, int(pid)), float(start))
+        return sorted(host_pid_of(node, int(p)) for p in found)
+
+    def crash_node(self, node: int, signum: int, wait_s: float) -> dict[str, Any]:
+        if self._agent.get(node) is None:
+            raise ChaosError(f"node-crash: node {node} is not running")
+        if node in self._frozen:
+            self.thaw_node(node)
+        done = self.links[node].call("crash", signum=int(signum))
+        exited = self._wait_exit(node, wait_s)
+        return {"node": node, "signal": signal.Signals(signum).name, "pids": done["pids"],
+                "host": self.links[node].name, "agent_exited": exited}
+
+    def restart_node(self, node: int) -> dict[str, Any]:
+        if self._agent.get(node) is not None:
+            raise ChaosError(f"node-restart: node {node} is still running; crash it first (node-crash)")
+        self.poll()  # report the old agent's exit before its successor starts
+        self._start_agent(node)
+        return {"node": node, "pid": self._agent[node], "host": self.links[node].name}
+
+    def freeze_node(self, node: int) -> dict[str, Any]:
+        self._frozen.add(node)
+        return {"node": node, "pids": self.links[node].call("freeze"), "host": self.links[node].name}
+
+    def thaw_node(self, node: int) -> dict[str, Any]:
+        self._frozen.discard(node)
+        link = self.links.get(node)
+        if link is None or link.closed.is_set():
+            return {"node": node, "thawed": False}
+        return {"node": node, "pids": link.call("thaw")}
+
+    # -- logs and the end ----------------------------------------------------------------------------------------
+    def _sync_logs(self, node: int) -> None:
+        """Append what is new in the host's ``logs/agent-node<node>.log`` to the runner's copy."""
+        link = self.links.get(node)
+        if link is None or link.closed.is_set():
+            return
+        rel = f"logs/agent-node{node}.log"
+        while True:
+            offset = self._log_offsets.get(rel, 0)
+            try:
+                got = link.call("read", path=rel, offset=offset)
+            except ChaosError:
+                return
+            data = base64.b64decode(got["data"])
+            if not data:
+                return
+            with open(self.run_dir / rel, "ab") as f:
+                f.write(data)
+            self._log_offsets[rel] = offset + len(data)
+
+    def teardown(self) -> None:
+        """On every host at once: stop the agent (SIGTERM, SIGKILL after 3 s) and whatever carries the
+        run's id, copy its agent log, measure the clock again, remove the host's run directory, and end
+        the daemon's session (it undoes any chain or qdisc left). Idempotent; never raises."""
+        def one(node: int) -> None:
+            link = self.links[node]
+            try:
+                if not link.closed.is_set():
+                    done = link.call("teardown", timeout_s=60)
+                    if done.get("killed"):
+                        self.log.record("teardown_killed", node=node, host=link.name, pids=done["killed"])
+                    self._sync_logs(node)
+                    self.offsets[node] = measure(lambda: float(link.call("time")), samples=5)
+                    link.call("remove_run_dir")
+                    if node == self.spec.rdzv_node and self.spec.checkpoint_dir is not None:
+                        link.call("shared_dir", root=self.spec.checkpoint_dir, remove=True)
+            except ChaosError as exc:
+                self.log.record("teardown_error", node=node, host=link.name, error=str(exc)[:500])
+            finally:
+                link.close()
+
+        if not self.links:
+            return
+        with ThreadPoolExecutor(max_workers=len(self.links)) as pool:
+            list(pool.map(one, list(self.links)))
+        self.poll()
+        if self.offsets:
+            self._record_offsets("end")
+        with self._write:
+            for f in self._files.values():
+                f.close()
+            self._files.clear()
+        for node, link in list(self.links.items()):
+            self.manifest.release("remote_host", node=node, address=link.address, port=link.port, user=link.user,
+                                  workdir=self.spec.workdir)
+        self.links.clear()

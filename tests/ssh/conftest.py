@@ -1,0 +1,81 @@
+"""Fixtures for the ssh backend's tests: a lab of real sshd hosts in namespaces on this machine
+(:class:`chaos.backends.ssh.lab.SshLab`), and scenarios moved onto it.
+
+Needs root, sshd and paramiko: skipped without them, except under ``CI=true``, where a missing
+piece is a failure (the pytest plugin's ``requires=["sshd"]``)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, SCENARIOS
+
+
+@pytest.fixture(scope="module")
+def lab3() -> Iterator[Any]:
+    """Three sshd hosts, shared by the tests of a module (a test never leaves a run behind on them)."""
+    from chaos.capabilities import CAPABILITIES
+
+    why = CAPABILITIES["sshd"]()
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{why} (CI=true: not skipped)")
+        pytest.skip(why)
+    from chaos.backends.ssh.lab import SshLab
+
+    with SshLab(3) as lab:
+        yield lab
+        leftovers = [f"host {i}: {ln}" for i in range(3) for ln in host_leftovers(lab, i)]
+    assert leftovers == [], leftovers
+
+
+def host_leftovers(lab: Any, i: int) -> list[str]:
+    """What of chaos is left on host ``i``: processes of a run or a daemon, chains, files in the workdir."""
+    out = []
+    ps = lab.exec(i, ["ps", "-eo", "pid,args"]).stdout.splitlines()[1:]
+    out += [f"process {ln.strip()}" for ln in ps if "chaos" in ln and "ps -eo" not in ln]
+    rules = lab.exec(i, ["iptables", "-w", "5", "-S"]).stdout.splitlines()
+    out += [f"iptables {ln}" for ln in rules if "CHAOS-" in ln]
+    listing = lab.exec(i, ["ls", "-A", lab.workdir]).stdout.split()
+    out += [f"file {lab.workdir}/{name}" for name in listing]
+    return out
+
+
+def shared_dir() -> Path:
+    """A directory every lab host sees (outside their private workdirs), for checkpoints; root-only."""
+    return Path(tempfile.mkdtemp(prefix="chaos-ssh-ckpt-"))
+
+
+def on_ssh(name: str, lab: Any, tmp: Path, *, topology: dict[str, Any] | None = None,
+           checkpoint_dir: Path | None = None, **changes: Any) -> Path:
+    """The bundled scenario ``name`` with its nodes on the lab's hosts (its topology, with ``topology``
+    changes), written to ``tmp``; checkpoints in ``checkpoint_dir`` (shared by the hosts) if given."""
+    data = yaml.safe_load((SCENARIOS / name).read_text())
+    data["target"]["script"] = str(REPO / "targets" / "digits_ddp.py")
+    backend = {k: v for k, v in data["backend"].items() if k not in ("kind", "subnet")} | (topology or {})
+    n = backend.get("nodes", 1)
+    data["backend"] = {**backend, "kind": "ssh", "hosts": lab.host_specs()[:n], "known_hosts": str(lab.known_hosts),
+                       "workdir": lab.workdir,
+                       **({"checkpoint_dir": str(checkpoint_dir)} if checkpoint_dir is not None else {})}
+    data.update(changes)
+    path = tmp / f"ssh-{name}"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def on_netns(name: str, tmp: Path, *, topology: dict[str, Any] | None = None, **changes: Any) -> Path:
+    """The bundled scenario ``name`` on the netns backend, the topology :func:`on_ssh` gives."""
+    data = yaml.safe_load((SCENARIOS / name).read_text())
+    data["target"]["script"] = str(REPO / "targets" / "digits_ddp.py")
+    data["backend"] = {**data["backend"], "kind": "netns", **(topology or {})}
+    data.update(changes)
+    path = tmp / f"netns-{name}"
+    path.write_text(yaml.safe_dump(data))
+    return path

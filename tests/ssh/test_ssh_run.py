@@ -1,0 +1,167 @@
+"""``chaos run``, ``chaos doctor --hosts`` and ``chaos cleanup --hosts`` with nodes on real SSH hosts,
+as a user runs them (issue 15): a host that cannot run the job is exit 2 before anything starts; a
+runner SIGKILLed mid network fault leaves nothing once the hosts are cleaned; a host whose clock is
+off is measured and the journal keeps causal order."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.ssh.conftest import host_leftovers, on_ssh, shared_dir
+
+pytestmark = [pytest.mark.e2e]
+NEEDS = ["torch", "sklearn", "sshd", "iptables"]
+
+
+def chaos(*argv: str, runs: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **({"CHAOS_RUNS_DIR": str(runs)} if runs is not None else {})}
+    return subprocess.run([sys.executable, "-m", "chaos.cli", *argv], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout, env=env)
+
+
+def edit(path: Path, fn: Any) -> Path:
+    data = yaml.safe_load(path.read_text())
+    fn(data)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.chaos(requires=NEEDS)
+@pytest.mark.parametrize("problem", ["unreachable", "host key", "no torch"])
+def test_a_host_that_cannot_run_the_job_is_exit_2_naming_it(lab3: Any, tmp_path: Path, problem: str) -> None:
+    path = on_ssh("kill-worker.yaml", lab3, tmp_path, topology={"nodes": 2, "nproc_per_node": 1})
+    if problem == "unreachable":
+        gone = lab3.addresses[0].rsplit(".", 1)[0] + ".250"  # on the lab's subnet, no host there
+        want = [gone, "unreachable"]
+        edit(path, lambda d: d["backend"]["hosts"][1].update(address=gone))
+    elif problem == "host key":
+        other = tmp_path / "other_known_hosts"
+        key = tmp_path / "k"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        pub = key.with_suffix(".pub").read_text().split()
+        other.write_text("".join(f"{a} {pub[0]} {pub[1]}\n" for a in lab3.addresses))
+        want = [lab3.addresses[0], "host key changed", "ssh-keygen -R"]
+        edit(path, lambda d: d["backend"].update(known_hosts=str(other)))
+    else:
+        want = ["/usr/bin/python3", "no torch", "backend.python"]
+        edit(path, lambda d: d["backend"].update(python="/usr/bin/python3"))
+    out = chaos("run", str(path), runs=tmp_path / "runs", timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    for needle in want:
+        assert needle in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "runs").exists()  # nothing started, not even the reference run
+
+
+@pytest.mark.chaos(requires=NEEDS)
+def test_doctor_checks_each_host(lab3: Any, tmp_path: Path) -> None:
+    path = on_ssh("partition.yaml", lab3, tmp_path)
+    edit(path, lambda d: d["backend"]["hosts"][2].update(address=lab3.addresses[0].rsplit(".", 1)[0] + ".250"))
+    out = chaos("doctor", "--hosts", str(path), "--json", timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    by = {(r["group"], r["name"]): r for r in rows}
+    for i in (0, 1):
+        group = f"host {i} ({lab3.addresses[i]})"
+        assert by[(group, "reachable, python, torch")]["status"] == "ok"
+        assert by[(group, "root")]["status"] == "ok"
+        assert by[(group, "kernel: iptables statistic + NFQUEUE")]["status"] == "ok"
+        assert (group, "kernel: FUSE") in by
+    bad = by[(f"host 2 ({lab3.addresses[0].rsplit('.', 1)[0]}.250)", "reachable, python, torch")]
+    assert bad["status"] == "missing" and "unreachable" in bad["detail"]
+
+
+def _wait_for(path: Path, needle: str, timeout_s: float = 180) -> Path:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        for log in path.glob("*/runner.jsonl"):
+            if needle in log.read_text():
+                return log.parent
+        time.sleep(0.2)
+    raise AssertionError(f"no {needle} in {path} within {timeout_s} s")
+
+
+@pytest.mark.chaos(requires=NEEDS)
+@pytest.mark.parametrize("daemons_too", [False, True], ids=["runner", "runner-and-host-daemons"])
+def test_sigkill_of_the_runner_mid_partition_then_cleanup_hosts_leaves_nothing(
+        lab3: Any, tmp_path: Path, daemons_too: bool) -> None:
+    schedule = [{"fault": "partition", "between": [[0, 1], [2]], "trigger": {"at_step": 20}}]  # never healed
+    path = on_ssh("partition.yaml", lab3, tmp_path, schedule=schedule, checks=["completes"])
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", str(path)], cwd=REPO,
+                            env={**os.environ, "CHAOS_RUNS_DIR": str(runs)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        run_dir = _wait_for(runs, '"fault_inject"')
+        if daemons_too:  # the daemons die first: nothing on the hosts undoes the partition by itself
+            for i in range(3):
+                lab3.exec(i, ["pkill", "-KILL", "-f", "chaos.backends.ssh.hostd"])
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run_id = run_dir.name
+    chains = [ln for i in range(3) for ln in lab3.exec(i, ["iptables", "-w", "5", "-S"]).stdout.splitlines()
+              if "CHAOS-" in ln]
+    if daemons_too:
+        assert chains, "the partition's chains should still be there with no daemon to undo them"
+    else:  # the daemons saw their sessions end and undid the run on their hosts
+        deadline = time.time() + 30
+        while chains and time.time() < deadline:
+            time.sleep(0.5)
+            chains = [ln for i in range(3) for ln in lab3.exec(i, ["iptables", "-w", "5", "-S"]).stdout.splitlines()
+                      if "CHAOS-" in ln]
+        assert chains == []
+    out = chaos("cleanup", "--hosts", str(path), "--json", timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    assert len(report) == 3 and all("error" not in h for h in report), report
+    dead = [r for h in report for r in h["runs"]]
+    assert dead and all(r["run_id"] == run_id and not r["live"] for r in dead), dead
+    assert [ln for i in range(3) for ln in host_leftovers(lab3, i)] == []
+
+
+@pytest.mark.chaos(requires=NEEDS)
+def test_a_host_clock_30_s_ahead_is_measured_and_the_journal_keeps_causal_order(tmp_path: Path) -> None:
+    from chaos.backends.ssh.lab import SshLab
+
+    from chaos import load_scenario, run_scenario
+
+    ckpt = shared_dir()
+    try:
+        with SshLab(2, clock_offsets={1: 30.0}) as lab:
+            path = on_ssh("kill-worker.yaml", lab, tmp_path, topology={"nodes": 2, "nproc_per_node": 1},
+                          checkpoint_dir=ckpt)
+            result = run_scenario(load_scenario(path), tmp_path / "runs", reference=False)
+            left = [ln for i in range(2) for ln in host_leftovers(lab, i)]
+    finally:
+        shutil.rmtree(ckpt, ignore_errors=True)
+    assert left == []
+    explain = "\n".join(f"{v.check}: {v.status}: {v.explanation}" for v in result.verdicts)
+    assert all(v.status in ("ok", "unknown") for v in result.verdicts) and result.status == "completed", explain
+    offsets = [e for e in result.events if e["kind"] == "clock_offsets"]
+    assert [e["phase"] for e in offsets] == ["start", "end"]
+    for e in offsets:
+        assert abs(e["hosts"]["1"]["offset_s"] - 30.0) < 2.0 and abs(e["hosts"]["0"]["offset_s"]) < 2.0, e
+    events = result.events
+    inject = next(e for e in events if e["kind"] == "fault_inject")
+    host1 = [e for e in events if e.get("node") == 1 and "t_host" in e]
+    assert host1 and all(abs(e["t_host"] - e["t"] - 30.0) < 2.0 for e in host1)
+    restarted = next(e for e in events if e["kind"] == "start" and e.get("rank") == 1 and e.get("restart", 0) >= 1)
+    loaded = next(e for e in events if e["kind"] == "checkpoint_loaded" and e.get("rank") == 1 and e.get("restart", 0) >= 1)
+    saved = next(e for e in events if e["kind"] == "checkpoint_saved" and e.get("step") == loaded["step"])
+    order = [events.index(x) for x in (saved, inject, restarted, loaded)]
+    assert order == sorted(order), [(x["kind"], x["t"]) for x in (saved, inject, restarted, loaded)]
+    assert inject["t"] < restarted["t"] and saved["t"] < loaded["t"]
