@@ -93,6 +93,10 @@ class Backend(Protocol):
     def wait_gone(self, host_pids: dict[int, float | None], timeout_s: float) -> list[int]:
         """Wait up to ``timeout_s`` s for those processes (host pid → start) to end; the ones still there."""
 
+    def idle(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` s between two looks of the runner, returning early when the backend
+        has news (ssh: event lines pushed from a host), so that a gate opens without a full poll's delay."""
+
     def publish_control(self, name: str) -> None:
         """Make ``control/<name>``, just written in the run directory, visible to every node (a gate's
         go-file): nothing to do where the nodes share the run directory."""

@@ -170,6 +170,12 @@ class LocalProcesses:
         """:func:`signal_process` (only if it is still that process); True if sent."""
         return signal_process(host_pid, start, signum)
 
+    def idle(self, timeout_s: float) -> None:
+        """Sleep ``timeout_s`` s: the nodes' events are files the runner reads when it looks."""
+        import time
+
+        time.sleep(timeout_s)
+
     def wait_gone(self, host_pids: dict[int, float | None], timeout_s: float) -> list[int]:
         """Wait up to ``timeout_s`` s for the processes (host pid → start) to end; those still there."""
         procs = []

@@ -363,7 +363,7 @@ class _Run:
                         "deadline_exceeded", deadline_s=self.deadline_s, stuck_ranks=stuck,
                         last_steps={w.rank: w.last_step for w in self.workers.by_rank.values()})])
                     break
-                time.sleep(POLL_S)
+                self.backend.idle(POLL_S)
             self._pump()
         except Interrupted as exc:
             status, signame = "interrupted", exc.signame

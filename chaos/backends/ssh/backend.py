@@ -125,6 +125,7 @@ class SshBackend:
         self._gone: set[int] = set()
         self._files: dict[str, Any] = {}
         self._write = threading.Lock()
+        self._news = threading.Event()  # set when a host pushed event lines the runner has not looked at
         self._frozen: set[int] = set()
         self._log_offsets: dict[str, int] = {}
         self.logs = AgentLogs(self.run_dir / "logs")
@@ -248,6 +249,7 @@ class SshBackend:
                                              encoding="utf-8")
             f.write("".join(out))
             f.flush()
+        self._news.set()
 
     # -- the contract -------------------------------------------------------------------------------------------
     def poll(self) -> list[tuple[int, int]]:
@@ -328,6 +330,11 @@ class SshBackend:
                 if not alive or left <= 0:
                     return alive
                 self._exited.wait(min(left, 0.05))
+
+    def idle(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` s, or until a host pushes event lines."""
+        self._news.wait(timeout_s)
+        self._news.clear()
 
     def publish_control(self, name: str) -> None:
         """Write ``control/<name>`` on every host (a gate's go-file: the rank that waits is on one of them)."""

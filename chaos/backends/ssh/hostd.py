@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-PUSH_S = 0.01  # how often new event lines and agent exits are pushed
+PUSH_S = 0.002  # how often new event lines and agent exits are looked for and pushed (a gate waits on it)
 MAX_READ = 4 << 20  # bytes one ``read`` returns at most
 SUBDIRS = ("events", "control", "checkpoints", "logs")
 TERM_GRACE_S = 3.0
@@ -124,6 +124,11 @@ class Daemon:
                 continue
             offset = self._offsets.get(name, 0)
             try:
+                if os.lstat(events / name).st_size <= offset:
+                    continue  # nothing new (a cheap look: this runs every PUSH_S)
+            except OSError:
+                continue
+            try:
                 fd = os.open(events / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except OSError:
                 continue
@@ -172,14 +177,8 @@ class Daemon:
         except BlockingIOError:
             raise RuntimeError(f"another host daemon holds {self.run_dir}/hostd.lock") from None
         (self.run_dir / "hostd.json").write_text(json.dumps({"run_id": self.run_id, "node": self.node}))
-        try:
-            import torch
-
-            torch_version: str | None = torch.__version__
-        except ImportError:
-            torch_version = None
         return {"t": time.time(), "pid": os.getpid(), "hostname": os.uname().nodename, "euid": os.geteuid(),
-                "python": sys.executable, "torch": torch_version, "run_dir": str(self.run_dir)}
+                "python": sys.executable, "run_dir": str(self.run_dir)}  # (torch: checked in preflight)
 
     def op_time(self) -> float:
         return time.time()
