@@ -1,6 +1,7 @@
 """The bundled scenarios give the same verdicts with their nodes on real SSH hosts as on network
-namespaces (issue 15): process kills, an elastic node loss and return, a network delay and a
-partition, on hosts with their own process tables and work directories."""
+namespaces (issue 15): process kills, an elastic node loss and return, a network delay, packet loss
+and a partition, a paused rank and a parameter bit flip, on hosts with their own process tables and
+work directories."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ CASES = [
     ("node-loss-elastic.yaml", {}),
     ("network-delay.yaml", {}),
     ("partition.yaml", {}),
+    ("packet-loss.yaml", {}),
+    ("pause-rank.yaml", {"nodes": 2, "nproc_per_node": 1}),
+    ("sdc-param-bitflip.yaml", {"nodes": 3, "nproc_per_node": 1}),  # the probe's own fault, on every host
 ]
 
 

@@ -155,9 +155,8 @@ def test_a_host_clock_5_s_behind_is_measured_and_the_journal_keeps_causal_order(
     more: torch's c10d rendezvous compares heartbeat times across hosts, and a host off by more than
     keep_alive_interval × keep_alive_max_attempt, 15 s by default, is taken for dead: +30 s hung the
     job at its exit barrier.)"""
-    from chaos.backends.ssh.lab import SshLab
-
     from chaos import load_scenario, run_scenario
+    from chaos.backends.ssh.lab import SshLab
 
     ckpt = shared_dir()
     try:

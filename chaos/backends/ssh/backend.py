@@ -123,12 +123,13 @@ class SshBackend:
         self._exited = threading.Condition()
         self._resolved: dict[int, float] = {}  # host pid → start
         self._gone: set[int] = set()
-        self._files: dict[str, Any] = {}
+        self._files: dict[tuple[int, str], Any] = {}  # (node, event file name there) → the runner's copy
         self._write = threading.Lock()
         self._news = threading.Event()  # set when a host pushed event lines the runner has not looked at
         self._frozen: set[int] = set()
         self._log_offsets: dict[str, int] = {}
-        self.logs = AgentLogs(self.run_dir / "logs")
+        self.logs = AgentLogs(self.run_dir / "logs")  # the agents' logs, copied here (paths, error lines)
+        self._node_logs: dict[int, AgentLogs] = {}
         self.manifest = Manifest(self.run_dir)
         self.shared_checkpoints: str | None = None  # <checkpoint_dir>/<run id> where the hosts share one
 
@@ -243,10 +244,10 @@ class SshBackend:
                 event["t"] = event["t"] - offset.offset_s
             out.append(json.dumps(event) + "\n")
         with self._write:
-            f = self._files.get(name)
+            f = self._files.get((node, name))
             if f is None:
-                f = self._files[name] = open(self.run_dir / "events" / f"host{node}-{name}", "a",  # noqa: SIM115
-                                             encoding="utf-8")
+                f = self._files[(node, name)] = open(self.run_dir / "events" / f"host{node}-{name}", "a",  # noqa: SIM115
+                                                     encoding="utf-8")
             f.write("".join(out))
             f.flush()
         self._news.set()
@@ -290,9 +291,17 @@ class SshBackend:
         return True
 
     def worker_exit_codes(self) -> dict[int, int]:
-        for node in self.links:
+        """pid → exit code of workers whose failure torchrun logged, from each host's agent log. Each
+        host has its own pid numbers: a pid logged on two hosts is left out (never another's code)."""
+        codes: dict[int, int] = {}
+        seen: dict[int, int] = {}
+        for node in range(self.nodes):
             self._sync_logs(node)
-        return self.logs.exit_codes(range(self.nodes))
+            for pid, code in self._node_logs.setdefault(node, AgentLogs(self.run_dir / "logs")).exit_codes(
+                    range(node, node + 1)).items():
+                seen[pid] = seen.get(pid, 0) + 1
+                codes[pid] = code
+        return {pid: code for pid, code in codes.items() if seen[pid] == 1}
 
     def host_pid(self, node: int, pid: int) -> int | None:
         for n in [node, *(n for n in self.links if n != node)]:

@@ -288,7 +288,10 @@ class Daemon:
 
         if self.agent is not None and self.agent.poll() is None:
             raise RuntimeError(f"the agent of node {self.node} still runs (pid {self.agent.pid})")
-        os.makedirs(cwd, exist_ok=True)
+        if Path(cwd).resolve() == self.run_dir.resolve() or self.run_dir.resolve() in Path(cwd).resolve().parents:
+            os.makedirs(cwd, exist_ok=True)  # under the run directory: ours to make
+        elif not os.path.isdir(cwd):
+            raise RuntimeError(f"target.cwd {cwd} is not a directory on this host; make it there")
         with open(self._inside(log), "ab") as out:
             self.agent = subprocess.Popen(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)

@@ -40,8 +40,8 @@ class HostLink:
         self.address = address
         self.port = port
         self.user = user or os.environ.get("USER") or "root"
-        self.key = key
-        self.known_hosts = Path(known_hosts) if known_hosts else default_known_hosts()
+        self.key = os.path.expanduser(key) if key else None
+        self.known_hosts = Path(os.path.expanduser(known_hosts)) if known_hosts else default_known_hosts()
         self.accept_new = accept_new
         self.client: Any = None
         self._channel: Any = None
