@@ -14,9 +14,12 @@ directory, the host's run directory is put instead (checkpoints are node-local u
 points them at a shared path). The target script and the interpreter must exist at the same path on
 every host (deployed as the job's code is); preflight checks both.
 
-**Pids.** Each host has its own process table. A "host pid" here is ``(node + 1) << 22 | pid`` (pid
-as on that host; Linux pids are below 2**22), so it names the host too; the backend's process
-methods (signal, liveness, start time) ask that host's daemon.
+**Pids.** Each host has its own process table, and pids repeat across hosts. Every pid the runner
+sees (events, agent starts and exits, exit codes) is ``(node + 1) << 22 | pid`` (pid as on that
+host, kept as ``pid_on_host``; Linux pids are below 2**22), so it names its host, and the journal's
+pids are unique as on the other backends; the backend's process methods (signal, liveness, start
+time) ask that host's daemon. A host whose session is lost mid-run counts as a node gone
+(``host_lost``, its agent's exit reported as 255).
 
 **Cleanup.** The daemon undoes the run on its host when its session ends, however it ends (the
 runner's SIGKILL closes the connection); ``chaos cleanup --hosts`` covers a daemon that was killed
@@ -47,6 +50,7 @@ from chaos.manifest import Manifest
 from chaos.scenario import SshBackendSpec
 
 PID_BITS = 22
+LOST_EXIT = 255  # the agent exit reported for a host whose session was lost (its real one is unknown)
 HOSTD = "chaos.backends.ssh.hostd"
 
 
@@ -80,7 +84,12 @@ def check_host(spec: SshBackendSpec, node: int, script: str | None = None) -> di
         if rc != 0:
             raise CapabilityError("ssh", f"host {link.name}: the interpreter {python} does not run there "
                                   f"({(err or out).strip()[-200:]}); set backend.python to the hosts' interpreter")
-        found = json.loads(out.strip().splitlines()[-1])
+        try:
+            found = json.loads(out.strip().splitlines()[-1])
+            assert isinstance(found, dict)
+        except (IndexError, ValueError, AssertionError):
+            raise CapabilityError("ssh", f"host {link.name}: could not read what {python} said ({out.strip()[-200:]!r}); "
+                                  "does a login script print to stdout there?") from None
         if not found.get("torch"):
             raise CapabilityError("ssh", f"host {link.name}: {python} has no torch; install it there "
                                   "(`pip install torch`) or set backend.python to an interpreter that has it")
@@ -125,6 +134,7 @@ class SshBackend:
         self._gone: set[int] = set()
         self._files: dict[tuple[int, str], Any] = {}  # (node, event file name there) → the runner's copy
         self._write = threading.Lock()
+        self._closing = False  # set once teardown closes the copies: a late push is dropped
         self._news = threading.Event()  # set when a host pushed event lines the runner has not looked at
         self._frozen: set[int] = set()
         self._log_offsets: dict[str, int] = {}
@@ -207,7 +217,8 @@ class SshBackend:
         cwd = self._map(node, launch.cwd or str(self.run_dir))
         started = self.links[node].call("spawn", argv=argv, env=env, cwd=cwd, log=f"logs/agent-node{node}.log")
         self._agent[node] = int(started["pid"])
-        self.log.record("agent_start", node=node, pid=started["pid"], host=self.links[node].name, cmd=argv, cwd=cwd)
+        self.log.record("agent_start", node=node, pid=host_pid_of(node, int(started["pid"])), pid_on_host=started["pid"],
+                        host=self.links[node].name, cmd=argv, cwd=cwd)
 
     # -- pushes from the hosts ---------------------------------------------------------------------------------
     def _on_push(self, node: int, msg: dict[str, Any]) -> None:
@@ -225,12 +236,22 @@ class SshBackend:
                     self._agent[node] = None
                 self._exits.append((node, pid, int(msg["code"])))
                 self._exited.notify_all()
+        elif kind == "lost":  # the session ended under the run: the node is gone as far as the run can tell
+            with self._exited:
+                running = self._agent.get(node)
+                self._agent[node] = None
+                if running is not None:
+                    self._exits.append((node, running, LOST_EXIT))
+                self._gone.update(p for p in self._resolved if split_pid(p)[0] == node)
+                self._exited.notify_all()
+            self.log.record("host_lost", node=node, host=self.links[node].name if node in self.links else "?",
+                            why=str(msg.get("why", ""))[:500])
         elif kind == "error":
             self.log.record("host_daemon_error", node=node, error=str(msg.get("error"))[:500])
 
     def _mirror(self, node: int, name: str, lines: list[str]) -> None:
         """Append the host's event lines to ``events/host<node>-<name>``, ``t`` in the runner's time."""
-        if not name.endswith(".jsonl") or "/" in name or name.startswith("."):
+        if not name.endswith(".jsonl") or "/" in name or name.startswith(".") or self._closing:
             return
         offset = self.offsets.get(node)
         out = []
@@ -242,6 +263,10 @@ class SshBackend:
             if isinstance(event, dict) and finite_number(event.get("t")) and offset is not None:
                 event["t_host"] = event["t"]
                 event["t"] = event["t"] - offset.offset_s
+            pid = event.get("pid") if isinstance(event, dict) else None
+            if isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < (1 << PID_BITS):
+                event["pid_on_host"] = pid  # each host numbers its own: the journal's pid names the host too
+                event["pid"] = host_pid_of(node, pid)
             out.append(json.dumps(event) + "\n")
         with self._write:
             f = self._files.get((node, name))
@@ -263,7 +288,7 @@ class SshBackend:
             if code != 0:
                 log = self.logs.path(node)
                 extra = {"log": str(log), "log_tail": " | ".join(error_lines(log))}
-            self.log.record("agent_exit", node=node, pid=pid, exit_code=code, **extra)
+            self.log.record("agent_exit", node=node, pid=host_pid_of(node, pid), pid_on_host=pid, exit_code=code, **extra)
             out.append((node, code))
         return out
 
@@ -291,32 +316,31 @@ class SshBackend:
         return True
 
     def worker_exit_codes(self) -> dict[int, int]:
-        """pid → exit code of workers whose failure torchrun logged, from each host's agent log. Each
-        host has its own pid numbers: a pid logged on two hosts is left out (never another's code)."""
+        """pid (as the journal names it) → exit code of the workers whose failure torchrun logged, from
+        each host's agent log."""
         codes: dict[int, int] = {}
-        seen: dict[int, int] = {}
         for node in range(self.nodes):
             self._sync_logs(node)
-            for pid, code in self._node_logs.setdefault(node, AgentLogs(self.run_dir / "logs")).exit_codes(
-                    range(node, node + 1)).items():
-                seen[pid] = seen.get(pid, 0) + 1
-                codes[pid] = code
-        return {pid: code for pid, code in codes.items() if seen[pid] == 1}
+            logs = self._node_logs.setdefault(node, AgentLogs(self.run_dir / "logs"))
+            codes.update({host_pid_of(node, pid): code for pid, code in logs.exit_codes(range(node, node + 1)).items()})
+        return codes
 
     def host_pid(self, node: int, pid: int) -> int | None:
-        for n in [node, *(n for n in self.links if n != node)]:
-            if n not in self.links:
-                continue
-            try:
-                start = self.links[n].call("resolve", pid=int(pid))
-            except ChaosError:
-                continue
-            if start is not None:
-                hp = host_pid_of(n, int(pid))
-                self._resolved[hp] = float(start)
-                self._gone.discard(hp)
-                return hp
-        return None
+        """``pid`` (as the journal names it: :func:`host_pid_of` the host that pushed the event) if it is
+        one of the run's processes on that host, asked there (under its agent, with the run's id);
+        None otherwise. The host is the one the event came from, never guessed from ``node``."""
+        n, raw = split_pid(int(pid))
+        if n not in self.links or raw <= 0:
+            return None
+        try:
+            start = self.links[n].call("resolve", pid=raw)
+        except ChaosError:
+            return None
+        if start is None:
+            return None
+        self._resolved[int(pid)] = float(start)
+        self._gone.discard(int(pid))
+        return int(pid)
 
     def process_start(self, host_pid: int) -> float | None:
         return None if host_pid in self._gone else self._resolved.get(host_pid)
@@ -375,7 +399,7 @@ class SshBackend:
             self.thaw_node(node)
         done = self.links[node].call("crash", signum=int(signum))
         exited = self._wait_exit(node, wait_s)
-        return {"node": node, "signal": signal.Signals(signum).name, "pids": done["pids"],
+        return {"node": node, "signal": signal.Signals(signum).name, "pids": [host_pid_of(node, p) for p in done["pids"]],
                 "host": self.links[node].name, "agent_exited": exited}
 
     def restart_node(self, node: int) -> dict[str, Any]:
@@ -387,14 +411,15 @@ class SshBackend:
 
     def freeze_node(self, node: int) -> dict[str, Any]:
         self._frozen.add(node)
-        return {"node": node, "pids": self.links[node].call("freeze"), "host": self.links[node].name}
+        return {"node": node, "pids": [host_pid_of(node, p) for p in self.links[node].call("freeze")],
+                "host": self.links[node].name}
 
     def thaw_node(self, node: int) -> dict[str, Any]:
         self._frozen.discard(node)
         link = self.links.get(node)
         if link is None or link.closed.is_set():
             return {"node": node, "thawed": False}
-        return {"node": node, "pids": link.call("thaw")}
+        return {"node": node, "pids": [host_pid_of(node, p) for p in link.call("thaw")]}
 
     # -- logs and the end ----------------------------------------------------------------------------------------
     def _sync_logs(self, node: int) -> None:
@@ -445,6 +470,7 @@ class SshBackend:
         if self.offsets:
             self._record_offsets("end")
         with self._write:
+            self._closing = True
             for f in self._files.values():
                 f.close()
             self._files.clear()

@@ -63,6 +63,7 @@ class Daemon:
         self.qdiscs: list[dict[str, str]] = []  # root qdiscs set here (also in qdiscs.jsonl)
         self.watched: dict[int, float] = {}  # pid → start of the workers resolved: their end is pushed
         self._stop = threading.Event()
+        self._pushing = threading.Lock()  # the push thread and a teardown both push: one at a time
 
     # -- wire -------------------------------------------------------------------------------------
     def send(self, msg: dict[str, Any]) -> None:
@@ -106,9 +107,10 @@ class Daemon:
     def _push_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                self._push_events()
-                self._push_gone()
-                self._push_exit()
+                with self._pushing:
+                    self._push_events()
+                    self._push_gone()
+                    self._push_exit()
             except Exception as exc:  # keep pushing; say why once per failure
                 self.send({"push": "error", "error": f"{type(exc).__name__}: {exc}"})
             time.sleep(PUSH_S)
@@ -387,8 +389,9 @@ class Daemon:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(agent.pid, signal.SIGKILL)
                 agent.wait()
-        killed = kill_run_processes(self.run_id)
-        self._push_exit()
+        killed = kill_run_processes(self.run_id, self.node)  # this node's: another node may share the host
+        with self._pushing:
+            self._push_exit()
         return {"killed": killed}
 
     # -- ops: helpers (the NFQUEUE delayer) --------------------------------------------------------------
@@ -505,14 +508,15 @@ def cleanup_workdir(workdir: str, dry_run: bool = False, keep_dirs: bool = False
                 out.append({"run_dir": str(run_dir), "live": True})
                 continue
             try:
-                run_id = str(json.loads((run_dir / "hostd.json").read_text())["run_id"])
+                info = json.loads((run_dir / "hostd.json").read_text())
+                run_id, node = str(info["run_id"]), int(info["node"])
             except (OSError, ValueError, KeyError, TypeError):
                 out.append({"run_dir": str(run_dir), "live": False, "skipped": "no readable hostd.json"})
                 continue
             entry: dict[str, Any] = {"run_dir": str(run_dir), "run_id": run_id, "live": False,
-                                     "processes": [p.pid for p in run_processes(run_id)]}
+                                     "processes": [p.pid for p in run_processes(run_id, node)]}
             if not dry_run:
-                entry["killed"] = kill_run_processes(run_id)
+                entry["killed"] = kill_run_processes(run_id, node)
                 entry.update(undo_network(run_id, qdisc_records(run_dir)))
                 if not keep_dirs:
                     shutil.rmtree(run_dir, ignore_errors=True)

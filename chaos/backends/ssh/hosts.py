@@ -58,15 +58,19 @@ def doctor_hosts(spec: SshBackendSpec) -> list[dict[str, str]]:
                 {"group": group, "name": "root", "status": "ok" if found["euid"] == 0 else "missing",
                  "detail": "root: network, disk and node faults can act" if found["euid"] == 0 else
                  "not root there: network and disk faults need root on the host (log in as root)"}]
-        link = make_link(spec, node).connect()
         try:
-            rc, out, err = link.run([spec.python or found["python"], "-m", "chaos.cli", "doctor", "--json"], 120)
-        finally:
-            link.close()
-        if rc != 0:
-            return [*rows, {"group": group, "name": "chaos doctor", "status": "missing",
-                            "detail": (err or out).strip()[-300:]}]
-        for r in json.loads(out):
+            link = make_link(spec, node).connect()
+            try:
+                rc, out, err = link.run([spec.python or found["python"], "-m", "chaos.cli", "doctor", "--json"], 120)
+            finally:
+                link.close()
+            if rc != 0:
+                raise ChaosError((err or out).strip()[-300:])
+            remote = json.loads(out)
+            assert isinstance(remote, list)
+        except (ChaosError, ValueError, AssertionError) as exc:
+            return [*rows, {"group": group, "name": "chaos doctor", "status": "missing", "detail": str(exc)[-300:]}]
+        for r in remote:
             if r.get("group") == "backend":  # where this runner can drive nodes from: not the host's business
                 continue
             rows.append({"group": group, "name": f"{r['group']}: {r['name']}", "status": r["status"],
@@ -85,17 +89,21 @@ def cleanup_hosts(spec: SshBackendSpec, dry_run: bool = False) -> list[dict[str,
         host = spec.hosts[node].address
         try:
             link = make_link(spec, node).connect()
+            try:
+                argv = [spec.python or sys.executable, "-m", "chaos.backends.ssh.hostd", "--cleanup", "--workdir",
+                        spec.workdir]
+                if dry_run:
+                    argv.append("--dry-run")
+                rc, out, err = link.run(argv, 120)
+            finally:
+                link.close()
         except ChaosError as exc:
             return {"host": host, "error": str(exc)}
-        try:
-            argv = [spec.python or sys.executable, "-m", "chaos.backends.ssh.hostd", "--cleanup", "--workdir", spec.workdir]
-            if dry_run:
-                argv.append("--dry-run")
-            rc, out, err = link.run(argv, 120)
-        finally:
-            link.close()
         if rc != 0:
             return {"host": host, "error": (err or out).strip()[-500:]}
-        return {"host": host, "runs": json.loads(out.strip().splitlines()[-1])}
+        try:
+            return {"host": host, "runs": list(json.loads(out.strip().splitlines()[-1]))}
+        except (IndexError, ValueError, TypeError):
+            return {"host": host, "error": f"could not read the host's answer: {out.strip()[-200:]!r}"}
 
     return _each(spec, one)

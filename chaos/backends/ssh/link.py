@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ class HostLink:
         self._reader: threading.Thread | None = None
         self.on_push: Push | None = None
         self.closed = threading.Event()
+        self._closing = False  # close() was asked: the session's end is no loss
 
     @property
     def name(self) -> str:
@@ -72,6 +74,8 @@ class HostLink:
             raise self._error(f"known_hosts file {self.known_hosts} does not exist; add the host's key "
                               f"(`ssh-keyscan -p {self.port} {self.address} >> {self.known_hosts}` after checking "
                               "its fingerprint), set backend.known_hosts, or host_key_policy: accept-new")
+        entry = self.address if self.port == 22 else f"[{self.address}]:{self.port}"
+        known_before = client.get_host_keys().lookup(entry) is not None
         client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if self.accept_new else paramiko.RejectPolicy())
         try:
             client.connect(self.address, port=self.port, username=self.user, key_filename=self.key,
@@ -94,9 +98,11 @@ class HostLink:
         except (TimeoutError, OSError) as exc:
             raise self._error(f"unreachable ({exc}); check backend.hosts[].address and port, and that sshd "
                               "runs there") from exc
-        if self.accept_new:
+        if self.accept_new and not known_before:  # add the one new line; never rewrite the user's file
+            key = client.get_transport().get_remote_server_key()
             self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            client.save_host_keys(str(self.known_hosts))
+            with open(self.known_hosts, "a", encoding="ascii") as f:
+                f.write(f"{entry} {key.get_name()} {key.get_base64()}\n")
         self.client = client
         return self
 
@@ -104,13 +110,19 @@ class HostLink:
         return CapabilityError("ssh", f"host {self.name}: {why}")
 
     def run(self, argv: list[str], timeout_s: float = 60.0) -> tuple[int, str, str]:
-        """Run ``argv`` on the host (quoted for its shell); (exit status, stdout, stderr)."""
+        """Run ``argv`` on the host (quoted for its shell); (exit status, stdout, stderr). Raises
+        :class:`~chaos.errors.ChaosError` naming the host if the session fails or times out."""
+        import paramiko
+
         assert self.client is not None, "connect() first"
-        _in, out, err = self.client.exec_command(shlex.join(argv), timeout=timeout_s)
-        _in.close()
-        stdout = out.read().decode(errors="replace")
-        stderr = err.read().decode(errors="replace")
-        return out.channel.recv_exit_status(), stdout, stderr
+        try:
+            _in, out, err = self.client.exec_command(shlex.join(argv), timeout=timeout_s)
+            _in.close()
+            stdout = out.read().decode(errors="replace")
+            stderr = err.read().decode(errors="replace")
+            return out.channel.recv_exit_status(), stdout, stderr
+        except (OSError, paramiko.SSHException) as exc:  # (socket.timeout is an OSError)
+            raise ChaosError(f"host {self.name}: `{shlex.join(argv)[:200]}` failed: {exc}") from exc
 
     # -- the daemon ----------------------------------------------------------------------------------------
     def start_daemon(self, argv: list[str], on_push: Push) -> None:
@@ -118,6 +130,7 @@ class HostLink:
         assert self.client is not None, "connect() first"
         self.on_push = on_push
         transport = self.client.get_transport()
+        transport.set_keepalive(5)  # a silently dropped link ends the session (and the daemon undoes the run)
         channel = transport.open_session()
         channel.exec_command(shlex.join(argv))
         self._channel = channel
@@ -139,6 +152,8 @@ class HostLink:
         except Exception as exc:  # the connection broke: every caller learns it
             self._fail_all(f"connection lost: {exc}")
         self.closed.set()
+        if self.on_push is not None and not self._closing:
+            self.on_push({"push": "lost", "why": "the SSH session ended"})
         err = b""
         try:
             while channel.recv_stderr_ready():
@@ -188,13 +203,14 @@ class HostLink:
             raise ChaosError(f"host {self.name}: connection lost: {exc}") from exc
         try:
             return fut.result(timeout=timeout_s)
-        except TimeoutError as exc:
+        except FutureTimeout as exc:  # (not the builtin TimeoutError before Python 3.11)
             self._pending.pop(rid, None)
             raise ChaosError(f"host {self.name}: {op}: no answer in {timeout_s:g} s") from exc
 
     def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
         """End the daemon's session (its stdin closes: it undoes what is left of the run there and
         exits; waited for up to ``wait_s`` s), then the connection. Idempotent; never raises."""
+        self._closing = True
         channel = self._channel
         if channel is not None:
             try:
