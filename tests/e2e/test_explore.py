@@ -94,7 +94,7 @@ def test_rng_not_restored_shrinks_to_one_kill(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--families", "kill,bogus"], "unknown family 'bogus'; use one of kill, pause"),
-    (["--families", "network"], "'network' needs each node to have its own network (backend netns or docker)"),
+    (["--families", "network"], "'network' needs each node to have its own network (backend netns, docker or ssh)"),
     (["--max-faults", "-1"], "argument --max-faults: '-1': give a whole number from 1 to 20"),
     (["--examples", "0"], "argument --examples: '0': give a whole number of at least 1"),
     (["--max-faults", "0"], "argument --max-faults: '0': give a whole number from 1 to 20"),
