@@ -20,6 +20,7 @@ libfaketime (apt-get install faketime).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import secrets
@@ -184,10 +185,10 @@ class SshLab:
             filtered = False
         if not filtered:
             return
-        _run("iptables", "-w", "5", "-N", self.chain)
+        from chaos.net.iptables import install_chain
+
         self._chain_installed = True
-        _run("iptables", "-w", "5", "-A", self.chain, "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT")
-        _run("iptables", "-w", "5", "-I", "FORWARD", "-j", self.chain)
+        install_chain(_here(), self.chain, [["-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"]], hooks=("FORWARD",))
 
     # -- using it -----------------------------------------------------------------------------------
     def host_specs(self) -> list[dict[str, Any]]:
@@ -227,9 +228,10 @@ class SshLab:
         self._namespaces.clear()
         _run("ip", "link", "del", self.bridge, check=False)
         if self._chain_installed:
-            _run("iptables", "-w", "5", "-D", "FORWARD", "-j", self.chain, check=False)
-            _run("iptables", "-w", "5", "-F", self.chain, check=False)
-            _run("iptables", "-w", "5", "-X", self.chain, check=False)
+            from chaos.net.iptables import remove_chain
+
+            with contextlib.suppress(ChaosError):  # stop() never raises: leftovers() says what stayed
+                remove_chain(_here(), self.chain, hooks=("FORWARD",))
             self._chain_installed = False
         if os.path.isdir(self.workdir):
             os.rmdir(self.workdir)
@@ -252,3 +254,10 @@ class SshLab:
 def _host_addresses() -> list[str]:
     out = _run("ip", "-o", "-4", "addr", check=False).stdout
     return [ln.split()[3].split("/")[0] for ln in out.splitlines() if len(ln.split()) > 3]
+
+
+def _here() -> Any:
+    """This process's network namespace (where the lab's bridge and its FORWARD rule live)."""
+    from chaos.net.netns import Netns
+
+    return Netns(f"/proc/{os.getpid()}/ns/net")
