@@ -196,6 +196,22 @@ def main(argv: list[str] | None = None) -> int:
     return serve(a.queue, draw, a.parent_pid, a.chain)
 
 
+def wait_for_line(stream: Any, prefix: str, timeout_s: float) -> bool:
+    """Read lines of ``stream`` (a text pipe) until one starts with ``prefix`` (True), or until EOF or
+    ``timeout_s`` seconds pass (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+        if not readable:
+            return False
+        line = stream.readline()
+        if line.startswith(prefix):
+            return True
+        if not line:  # EOF: it exited
+            return False
+    return False
+
+
 def find_delayers(chain: str | None = None, chain_prefix: str | None = None) -> list[int]:
     """Pids of running delayers: all of them, or those started with ``--chain <chain>``, or with a
     ``--chain`` that starts with ``chain_prefix`` (``iptables.run_prefix(run_id)``: those of one run)."""
@@ -283,16 +299,8 @@ class Delayer:
 
     def _wait_ready(self, timeout_s: float) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            readable, _, _ = select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-            if not readable:
-                break
-            line = self.proc.stdout.readline()
-            if line.startswith(READY):
-                return
-            if not line:  # EOF: it exited
-                break
+        if wait_for_line(self.proc.stdout, READY, timeout_s):
+            return
         err = ""
         if self.proc.poll() is not None and self.proc.stderr is not None:
             err = self.proc.stderr.read().strip()

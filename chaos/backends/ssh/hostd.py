@@ -397,24 +397,18 @@ class Daemon:
     # -- ops: helpers (the NFQUEUE delayer) --------------------------------------------------------------
     def op_spawn_ready(self, argv: list[str], ready: str, timeout: float = 10) -> dict[str, Any]:
         """Start a helper with stdout piped and wait for its ``ready`` line; its pid, or why not."""
-        import select
+        from chaos.net.delayer import wait_for_line
 
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
         self.helpers[proc.pid] = proc
-        assert proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            readable, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-            if not readable:
-                break
-            line = proc.stdout.readline()
-            if line.startswith(ready):
-                return {"pid": proc.pid, "ready": True}
-            if not line:
-                break
+        assert proc.stdout is not None and proc.stderr is not None
+        if wait_for_line(proc.stdout, ready, timeout):
+            return {"pid": proc.pid, "ready": True}
+        proc.kill()  # not ready: end it, then read why (its stderr is complete once it is gone)
+        proc.wait()
+        err = proc.stderr.read().strip()
         self.op_stop_helper(proc.pid)
-        err = proc.stderr.read().strip() if proc.stderr is not None else ""
         return {"pid": proc.pid, "ready": False, "exit": proc.returncode, "stderr": err[-2000:]}
 
     def op_stop_helper(self, pid: int, timeout: float = 5) -> bool:
