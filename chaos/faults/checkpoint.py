@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.dcpcheck import is_dcp, item_offsets
-from chaos.errors import CapabilityError, ChaosError
+from chaos.errors import ChaosError
 from chaos.faults.base import FaultEnv, SpecFault
 from chaos.scenario import CheckpointFault
 
@@ -36,8 +36,11 @@ METADATA = ".metadata"
 
 def checkpoint_root(env: FaultEnv) -> Path:
     """Where the checkpoints are on disk (the FUSE mount's backing directory if there is one)."""
-    backing = getattr(env.disk, "backing", None)
-    return Path(backing) if backing else Path(env.checkpoint_dir)
+    return _root(str(env.checkpoint_dir), getattr(env.disk, "backing", None))
+
+
+def _root(checkpoint_dir: str, backing: str | os.PathLike[str] | None) -> Path:
+    return Path(backing) if backing else Path(checkpoint_dir)
 
 
 def newest_checkpoint(root: Path) -> Path | None:
@@ -61,9 +64,12 @@ def _mtime_ns(path: str) -> int:
 def newest_matching(env: FaultEnv) -> Path | None:
     """A black-box target's most recently modified checkpoint file or directory (read in the FUSE
     mount's backing directory while there is one)."""
-    root, backing = str(env.checkpoint_dir), getattr(env.disk, "backing", None)
+    return _newest_matching(str(env.checkpoint_dir), getattr(env.disk, "backing", None), env.checkpoint_globs)
+
+
+def _newest_matching(root: str, backing: str | os.PathLike[str] | None, globs: list[str]) -> Path | None:
     found = []
-    for pattern in env.checkpoint_globs:
+    for pattern in globs:
         disk = str(backing) + pattern[len(root):] if backing and pattern.startswith(root + os.sep) else pattern
         for name in glob.glob(disk):
             try:
@@ -73,8 +79,28 @@ def newest_matching(env: FaultEnv) -> Path | None:
     return Path(max(found)[1]) if found else None
 
 
+def newest_here(checkpoint_dir: str, backing: str | os.PathLike[str] | None, globs: list[str]) -> Path | None:
+    """The checkpoint the fault would damage on this machine: the newest matching ``globs`` (absolute
+    patterns, a black-box target's) if any are given, else the highest step under ``checkpoint_dir``
+    (in ``backing`` while the FUSE mount is there). Never raises for a missing directory."""
+    if globs:
+        return _newest_matching(checkpoint_dir, backing, globs)
+    return newest_checkpoint(_root(checkpoint_dir, backing))
+
+
+def newest_key(ckpt: Path) -> tuple[int, int]:
+    """How new ``ckpt`` is, to compare checkpoints on several hosts: (its step, or -1; its modification
+    time in ns, or 0)."""
+    m = STEP_RE.match(ckpt.name)
+    try:
+        mtime = _mtime_ns(str(ckpt))
+    except OSError:
+        mtime = 0
+    return (int(m.group(1)) if m else -1, mtime)
+
+
 def _newest(env: FaultEnv) -> Path | None:
-    return newest_matching(env) if env.checkpoint_globs else newest_checkpoint(checkpoint_root(env))
+    return newest_here(str(env.checkpoint_dir), getattr(env.disk, "backing", None), env.checkpoint_globs)
 
 
 def _largest_file(ckpt: Path) -> Path:
@@ -92,52 +118,59 @@ class CheckpointDamage(SpecFault):
 
     spec: CheckpointFault
 
-    def preflight(self, env: FaultEnv) -> None:
-        """Raise :class:`~chaos.errors.CapabilityError` where the checkpoints are not on this machine (ssh)."""
-        if not getattr(env.backend, "shares_run_dir", True):
-            raise CapabilityError("checkpoint", f"{self.spec.fault}: not yet on backend {env.backend.kind} (the "
-                                  "checkpoints are on the hosts); use backend netns or docker")
-
     def ready(self, env: FaultEnv) -> bool:
-        return _newest(env) is not None
+        remote = getattr(env.backend, "newest_checkpoints", None)  # ssh: asked on every host
+        return bool(remote(env.checkpoint_globs)) if remote is not None else _newest(env) is not None
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:
+        """Damage the newest checkpoint (on ssh: on the host, or hosts, holding the newest). Returns the
+        mode, the checkpoint's name and step and what was done to which file. Raises
+        :class:`~chaos.errors.ChaosError` when there is no checkpoint or the damage cannot be done."""
+        remote = getattr(env.backend, "damage_checkpoint", None)
+        if remote is not None:
+            return dict(remote(self.spec, env.checkpoint_globs))
         ckpt = _newest(env)
         if ckpt is None:
             where = env.checkpoint_globs or checkpoint_root(env)
             raise ChaosError(f"checkpoint: no checkpoint in {where} to damage")
-        m = STEP_RE.match(ckpt.name)
-        done: dict[str, Any] = {"mode": self.spec.mode, "checkpoint": ckpt.name,
-                                "checkpoint_step": int(m.group(1)) if m else None}
-        if self.spec.mode == "delete-metadata":
-            marker = ckpt / METADATA
-            if not marker.exists():
-                raise ChaosError(f"checkpoint: {ckpt.name} has no {METADATA} to delete (not a directory checkpoint)")
-            marker.unlink()
-            return {**done, "deleted": METADATA}
-        target = _largest_file(ckpt)
-        size = target.stat().st_size
-        if self.spec.mode == "truncate":
-            keep = size // 2 if self.spec.keep_bytes is None else min(self.spec.keep_bytes, size)
-            os.truncate(target, keep)
-            return {**done, "file": target.name, "bytes_before": size, "bytes_after": keep}
-        default = [size * k // 8 for k in range(1, 8)]  # seven bytes spread over the file: one lands in the data
-        if ckpt.is_dir() and is_dcp(ckpt):
-            starts = [o for o in item_offsets(ckpt, target.name) if o < size]
-            if starts:  # DCP has no checksums: hit the items' headers, which dcp.load does read
-                default = starts if len(starts) <= 7 else [starts[len(starts) * k // 7] for k in range(7)]
-        offsets = [o if o >= 0 else size + o for o in (self.spec.offsets or default)]
-        bad = [o for o in offsets if not 0 <= o < size]
-        if bad:
-            raise ChaosError(f"checkpoint: offsets {bad} are outside {target.name} ({size} bytes)")
-        flipped = []
-        with open(target, "r+b") as f:
-            for o in offsets:
-                f.seek(o)
-                old = f.read(1)[0]
-                f.seek(o)
-                f.write(bytes([old ^ 0xFF]))
-                flipped.append({"offset": o, "old": old, "new": old ^ 0xFF})
-            f.flush()
-            os.fsync(f.fileno())
-        return {**done, "file": target.name, "bytes": size, "flipped": flipped}
+        return damage(self.spec, ckpt)
+
+
+def damage(spec: CheckpointFault, ckpt: Path) -> dict[str, Any]:
+    """Do ``spec``'s damage to the checkpoint ``ckpt`` (a file or directory) on this machine; what was
+    done (see :meth:`CheckpointDamage.inject`). Raises :class:`~chaos.errors.ChaosError`."""
+    m = STEP_RE.match(ckpt.name)
+    done: dict[str, Any] = {"mode": spec.mode, "checkpoint": ckpt.name,
+                            "checkpoint_step": int(m.group(1)) if m else None}
+    if spec.mode == "delete-metadata":
+        marker = ckpt / METADATA
+        if not marker.exists():
+            raise ChaosError(f"checkpoint: {ckpt.name} has no {METADATA} to delete (not a directory checkpoint)")
+        marker.unlink()
+        return {**done, "deleted": METADATA}
+    target = _largest_file(ckpt)
+    size = target.stat().st_size
+    if spec.mode == "truncate":
+        keep = size // 2 if spec.keep_bytes is None else min(spec.keep_bytes, size)
+        os.truncate(target, keep)
+        return {**done, "file": target.name, "bytes_before": size, "bytes_after": keep}
+    default = [size * k // 8 for k in range(1, 8)]  # seven bytes spread over the file: one lands in the data
+    if ckpt.is_dir() and is_dcp(ckpt):
+        starts = [o for o in item_offsets(ckpt, target.name) if o < size]
+        if starts:  # DCP has no checksums: hit the items' headers, which dcp.load does read
+            default = starts if len(starts) <= 7 else [starts[len(starts) * k // 7] for k in range(7)]
+    offsets = [o if o >= 0 else size + o for o in (spec.offsets or default)]
+    bad = [o for o in offsets if not 0 <= o < size]
+    if bad:
+        raise ChaosError(f"checkpoint: offsets {bad} are outside {target.name} ({size} bytes)")
+    flipped = []
+    with open(target, "r+b") as f:
+        for o in offsets:
+            f.seek(o)
+            old = f.read(1)[0]
+            f.seek(o)
+            f.write(bytes([old ^ 0xFF]))
+            flipped.append({"offset": o, "old": old, "new": old ^ 0xFF})
+        f.flush()
+        os.fsync(f.fileno())
+    return {**done, "file": target.name, "bytes": size, "flipped": flipped}

@@ -20,7 +20,7 @@ from typing import Any
 from chaos.disk.rules import Rule
 from chaos.errors import CapabilityError, ChaosError
 from chaos.faults.base import FaultEnv, Record, SpecFault
-from chaos.faults.diskmount import mount_checkpoints, unmount_checkpoints
+from chaos.faults.diskmount import fuse_ok, mount_checkpoints, unmount_checkpoints
 from chaos.scenario import DiskFault
 
 
@@ -60,13 +60,8 @@ class Disk(SpecFault):
     def preflight(self, env: FaultEnv) -> None:
         """Raise :class:`~chaos.errors.CapabilityError` naming the fix when FUSE cannot work here:
         no ``/dev/fuse``, no ``fusermount3``, the ``mfusepy`` binding or libfuse3 missing, or (not
-        root) no ``user_allow_other`` in /etc/fuse.conf."""
-        from chaos.disk.mount import fuse_status
-
-        if not getattr(env.backend, "shares_run_dir", True):
-            raise CapabilityError("disk", f"disk: not yet on backend {env.backend.kind} (the filesystem would have to "
-                                  "be mounted on the host whose rank writes); use backend netns or docker")
-        ok, why = fuse_status()
+        root) no ``user_allow_other`` in /etc/fuse.conf (on ssh: on any host, or checkpoints shared by the hosts)."""
+        ok, why = fuse_ok(env)
         if not ok:
             raise CapabilityError("fuse", f"disk: {why}")
         try:

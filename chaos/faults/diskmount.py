@@ -24,6 +24,12 @@ def mount_checkpoints(env: FaultEnv, record: Record) -> None:
     :meth:`chaos.disk.mount.DiskMount.mount` raises (OSError, ChaosError) when it cannot mount."""
     if env.disk is not None or not env.run_dir:
         return
+    remote = getattr(env.backend, "checkpoint_mount", None)
+    if remote is not None:  # ssh: one mount on each host, in that host's manifest (its daemon undoes it)
+        env.disk = remote()
+        record("disk_mount", mountpoint=str(env.disk.mountpoint), on="every host, before the agents start")
+        env.disk.mount()
+        return
     from chaos.disk.mount import DiskMount
 
     run_dir = Path(env.run_dir)
@@ -38,6 +44,18 @@ def mount_checkpoints(env: FaultEnv, record: Record) -> None:
         env.disk_process = env.manifest.add_process("disk-fs", mount.pid)
 
 
+def fuse_ok(env: FaultEnv) -> tuple[bool, str]:
+    """Whether the FUSE filesystem can be mounted where the job's checkpoints are (this machine, or on
+    ssh every host, asked by the backend); (ok, why not)."""
+    remote = getattr(env.backend, "fuse_status", None)
+    if remote is not None:
+        ok, why = remote()
+        return bool(ok), str(why)
+    from chaos.disk.mount import fuse_status
+
+    return fuse_status()
+
+
 def unmount_checkpoints(env: FaultEnv, record: Record) -> None:
     """Unmount ``env.disk`` if set, clear it, release its manifest entries when the unmount had no
     errors, and record ``disk_unmount`` (what the unmount reported). Idempotent."""
@@ -46,7 +64,7 @@ def unmount_checkpoints(env: FaultEnv, record: Record) -> None:
         return
     done = mount.unmount()
     env.disk = None
-    if not done.get("errors"):
+    if not done.get("errors") and not getattr(mount, "hosts", None):
         if env.disk_process is not None:
             env.manifest.release("process", **env.disk_process)
             env.disk_process = None

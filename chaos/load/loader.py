@@ -57,6 +57,14 @@ def scenario_from_dict(data: Any, source: str | Path | None = None, _node: Any =
     if not isinstance(data, dict):
         raise ScenarioError(["the scenario must be a mapping with at least `name` and `target`"], src)
     base_dir = Path(source).resolve().parent if source is not None else Path.cwd()
+    backend = data.get("backend")
+    if isinstance(backend, dict) and backend.get("kind") == "ssh" and ("inventory" in backend or "ssh_config" in backend):
+        from chaos.backends.ssh.hosts import expand_host_files  # the hosts inline from here on
+
+        try:
+            data = expand_host_files(data, base_dir, lambda loc: _at(_node, loc))
+        except ScenarioError as exc:
+            raise ScenarioError(exc.problems, src) from None
     shape = data_problems(data, lambda loc: _at(_node, loc))
     if any(not p.endswith(NOT_FINITE) for p in shape):
         raise ScenarioError(shape, src)  # too deep, endless, too large or a NUL: no other walker sees it

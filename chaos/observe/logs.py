@@ -89,14 +89,23 @@ class Line:
 
 
 class _File:
+    """One output file, read from where the last read ended. A file made anew (another inode) or cut
+    shorter is read from its start: torchrun's agent can restart its workers for a membership change
+    without a new restart count, and the new worker writes the same ``attempt_<n>/<rank>/stdout.log``."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
         self.rest = b""
+        self.ino: int | None = None
 
     def read(self, final: bool = False) -> list[str]:
         try:
             with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if self.ino is not None and (st.st_ino != self.ino or st.st_size < self.offset):
+                    self.offset, self.rest = 0, b""
+                self.ino = st.st_ino
                 f.seek(self.offset)
                 chunk = f.read()
         except FileNotFoundError:

@@ -151,9 +151,9 @@ class WriteMatcher(_Passive):
 
     def preflight(self, env: Any) -> None:
         """Raise :class:`~chaos.errors.CapabilityError` naming the fix when FUSE cannot work here."""
-        from chaos.disk.mount import fuse_status
+        from chaos.faults.diskmount import fuse_ok
 
-        ok, why = fuse_status()
+        ok, why = fuse_ok(env)
         if not ok:
             raise CapabilityError("fuse", f"on_checkpoint with after_bytes: {why}")
 

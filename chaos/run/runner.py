@@ -116,29 +116,9 @@ def preflight(scenario: Scenario) -> None:
         try:
             backend = make_backend(scenario.backend, "preflight", Path(tmp), log)
             backend.preflight(str(scenario.script_path))
-            if not backend.shares_run_dir:
-                _own_run_dirs(scenario)
             Nemesis(scenario, FaultEnv(backend, WorkerTable(), "preflight"), log, Path(tmp) / "control").preflight()
         finally:
             log.close()
-
-
-def _own_run_dirs(scenario: Scenario) -> None:
-    """Raise :class:`~chaos.errors.CapabilityError` for what needs the nodes' files on this machine
-    (a black-box target's log lines and checkpoint files, the checkpoint watcher's checks) on a
-    backend whose nodes keep their own run directories (ssh)."""
-    from chaos.errors import CapabilityError
-
-    needs = needs_of(scenario)
-    what = [name for name, needed in (("a black-box target (its logs and checkpoint files are read here)",
-                                       scenario.blackbox is not None),
-                                      ("the checkpoint durability checks (they read checkpoints here)",
-                                       needs.checkpoint_watch),
-                                      ("the checkpoint writer scan", needs.writer_scan)) if needed]
-    if what:
-        raise CapabilityError(scenario.backend.kind, f"backend {scenario.backend.kind} does not support {what[0]} "
-                              "yet: each host keeps its own run directory; run this scenario on backend netns or "
-                              "docker")
 
 
 def reference_run(scenario: Scenario, runs_dir: Path, deadline_s: float | None = None) -> RunResult:
@@ -182,7 +162,8 @@ class _Run:
         self.needs = needs_of(scenario)  # what the checks need from the run (watcher, scans, bound)
         self.blackbox: BlackboxObserver | None = None
         if box is not None:
-            self.blackbox = BlackboxObserver(box, [f.trigger for f in scenario.schedule], self.backend, self.run_dir,
+            observer_class = getattr(self.backend, "blackbox_observer_class", BlackboxObserver)  # ssh: on each host
+            self.blackbox = observer_class(box, [f.trigger for f in scenario.schedule], self.backend, self.run_dir,
                                      scenario.base_dir, self.log, self.env, cwd=scenario.work_dir(self.run_dir),
                                      watch_writers=self.needs.writer_scan)
         self.tail = EventTail(self.run_dir / "events")
@@ -191,8 +172,10 @@ class _Run:
         self._signalled = self.nemesis.signalled  # pid → signal a fault sent it (the nemesis fills it in)
         self._exit_reported: set[int] = set()
         self.hang_bound_s = self.needs.silence_bound_s
-        self.watcher = (CheckpointWatcher(self.run_dir / "checkpoints", self.log)
-                        if self.needs.checkpoint_watch else None)
+        self.watcher: Any = None  # a CheckpointWatcher, or the backend's own (ssh: one on each host)
+        if self.needs.checkpoint_watch:
+            own = getattr(self.backend, "checkpoint_watcher", None)
+            self.watcher = own(self.log) if own is not None else CheckpointWatcher(self.run_dir / "checkpoints", self.log)
         self._last_event: dict[int, float] = {}  # id(worker) → time of its newest event
 
     def _refused_claim(self, event: Event) -> None:

@@ -134,7 +134,19 @@ class SshBackendSpec(NodesSpec):
     there. Host keys are checked against ``known_hosts``."""
 
     kind: Literal["ssh"]
-    hosts: list[SshHostSpec] = Field(min_length=1, max_length=16, description="The hosts, node i on hosts[i].")
+    hosts: list[SshHostSpec] = Field(default_factory=list, max_length=16, description="The hosts, node i on "
+                                     "hosts[i]. Give exactly one of hosts and inventory.")
+    inventory: str | None = Field(
+        default=None, description="Instead of hosts: a file that lists them (relative to the scenario file; ~ "
+        "expanded), read when the scenario is loaded: YAML with hosts: [...] (and optionally known_hosts, python, "
+        "workdir, host_key_policy, checkpoint_dir, ssh_config, relative to that file; the scenario's own fields win), "
+        "or a plain hostfile of one [user@]host[:port] a line (# comments), as MPI and pdsh hostfiles have.")
+    ssh_config: str | None = Field(
+        default=None, description="An OpenSSH client config (relative to the scenario file; ~ expanded): each host's "
+        "address is looked up as a Host alias, taking HostName, User, Port and IdentityFile (the host's own fields "
+        "win). The HostName is what this runner connects to and what torchrun gets as --local-addr and rendezvous "
+        "address, so it must be an address the hosts reach each other at. ProxyJump and ProxyCommand are refused "
+        "(not supported).")
     workdir: str = Field(default="/var/tmp/chaos", min_length=1, description="Directory on each host under which "
                          "the run's own directory (events, control, checkpoints, logs) is made; no other user may "
                          "write it.")
@@ -153,12 +165,18 @@ class SshBackendSpec(NodesSpec):
     @model_validator(mode="before")
     @classmethod
     def _nodes_from_hosts(cls, data: object) -> object:
-        if isinstance(data, dict) and isinstance(data.get("hosts"), list) and "nodes" not in data:
+        if isinstance(data, dict) and (data.get("inventory") is not None or data.get("ssh_config") is not None):
+            raise ValueError("inventory and ssh_config are read when a scenario file is loaded (chaos.load_scenario, "
+                             "scenario_from_dict); validate the scenario through them, or give hosts inline")
+        if isinstance(data, dict) and isinstance(data.get("hosts"), list) and data["hosts"] and "nodes" not in data:
             return {**data, "nodes": len(data["hosts"])}
         return data
 
     @model_validator(mode="after")
     def _one_host_per_node(self) -> SshBackendSpec:
+        if not self.hosts:
+            raise ValueError("no hosts; give hosts: [{address: ...}, ...] or inventory: FILE (a YAML inventory or a "
+                             "hostfile of one [user@]host[:port] a line)")
         if len(self.hosts) != self.nodes:
             raise ValueError(f"nodes={self.nodes} but {len(self.hosts)} hosts are given; one host per node "
                              "(leave nodes out to take len(hosts))")

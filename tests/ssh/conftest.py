@@ -38,12 +38,14 @@ def lab3() -> Iterator[Any]:
 
 def host_leftovers(lab: Any, i: int) -> list[str]:
     """What of chaos is left on host ``i``: any process but its sshd (the host's pid namespace holds
-    nothing else), chains, files in the workdir."""
+    nothing else), chains, the disk fault's mounts, files in the workdir."""
     out = []
     ps = lab.exec(i, ["ps", "-eo", "pid,args"]).stdout.splitlines()[1:]
     out += [f"process {ln.strip()}" for ln in ps if "sshd" not in ln and "ps -eo" not in ln]  # all else is a run's
     rules = lab.exec(i, ["iptables", "-w", "5", "-S"]).stdout.splitlines()
     out += [f"iptables {ln}" for ln in rules if "CHAOS-" in ln]
+    mounts = lab.exec(i, ["cat", "/proc/mounts"]).stdout.splitlines()
+    out += [f"mount {ln}" for ln in mounts if "chaos-disk" in ln]
     listing = lab.exec(i, ["ls", "-A", lab.workdir]).stdout.split()
     out += [f"file {lab.workdir}/{name}" for name in listing]
     return out

@@ -5,12 +5,14 @@ off is measured and the journal keeps causal order."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,16 +67,13 @@ def test_a_host_that_cannot_run_the_job_is_exit_2_naming_it(lab3: Any, tmp_path:
 
 
 @pytest.mark.chaos(requires=NEEDS)
-@pytest.mark.parametrize(("name", "checks", "needle"), [
-    ("disk-stall-during-save.yaml", ["completes"], "disk: not yet on backend ssh"),
-    ("kill-worker.yaml", ["completes", "checkpoint_durable"], "does not support the checkpoint durability checks"),
-])
-def test_what_ssh_does_not_carry_yet_is_exit_2_naming_it(lab3: Any, tmp_path: Path, name: str,
-                                                         checks: list[str], needle: str) -> None:
-    path = on_ssh(name, lab3, tmp_path, topology={"nodes": 2, "nproc_per_node": 1},
-                  checks=checks)
+def test_a_disk_fault_on_checkpoints_the_hosts_share_is_exit_2_naming_the_fix(lab3: Any, tmp_path: Path) -> None:
+    path = on_ssh("disk-stall-during-save.yaml", lab3, tmp_path, topology={"nodes": 2, "nproc_per_node": 1},
+                  checkpoint_dir=tmp_path / "shared", checks=["completes"])
     out = chaos("run", str(path), runs=tmp_path / "runs", timeout=120)
-    assert out.returncode == 2 and needle in out.stderr and "backend netns or docker" in out.stderr, out.stderr
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "node-local checkpoints" in out.stderr and "backend.checkpoint_dir" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
     assert not (tmp_path / "runs").exists()
 
 
@@ -96,7 +95,22 @@ def test_doctor_checks_each_host(lab3: Any, tmp_path: Path) -> None:
     assert bad["status"] == "missing" and "unreachable" in bad["detail"]
 
 
+@contextlib.contextmanager
+def _runner_mid_fault(path: Path, runs: Path) -> Iterator[Path]:
+    """``chaos run path`` in the background; yields its run directory once a fault is injected, and
+    SIGKILLs the runner when the block ends (after what the block kills on the hosts)."""
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", str(path)], cwd=REPO,
+                            env={**os.environ, "CHAOS_RUNS_DIR": str(runs)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        yield _wait_for(runs, '"fault_inject"')
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
 def _wait_for(path: Path, needle: str, timeout_s: float = 180) -> Path:
+    """The run directory under ``path`` whose journal has ``needle``, waited for."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         for log in path.glob("*/runner.jsonl"):
@@ -113,19 +127,10 @@ def test_sigkill_of_the_runner_mid_partition_then_cleanup_hosts_leaves_nothing(
     schedule = [{"fault": "partition", "between": [[0, 1], [2]], "trigger": {"at_step": 20}}]  # never healed
     path = on_ssh("partition.yaml", lab3, tmp_path, schedule=schedule, checks=["completes"])
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", str(path)], cwd=REPO,
-                            env={**os.environ, "CHAOS_RUNS_DIR": str(runs)}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        run_dir = _wait_for(runs, '"fault_inject"')
+    with _runner_mid_fault(path, runs) as run_dir:
         if daemons_too:  # the daemons die first: nothing on the hosts undoes the partition by itself
             for i in range(3):
                 lab3.exec(i, ["pkill", "-KILL", "-f", "chaos.backends.ssh.hostd"])
-        proc.kill()
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     run_id = run_dir.name
     chains = [ln for i in range(3) for ln in lab3.exec(i, ["iptables", "-w", "5", "-S"]).stdout.splitlines()
               if "CHAOS-" in ln]
@@ -151,7 +156,7 @@ def test_sigkill_of_the_runner_mid_partition_then_cleanup_hosts_leaves_nothing(
 
 @pytest.mark.chaos(requires=NEEDS)
 def test_a_host_clock_5_s_behind_is_measured_and_the_journal_keeps_causal_order(tmp_path: Path) -> None:
-    """Behind, so that uncorrected times would put the killed rank's restart before the kill. (Not
+    """Behind, so that uncorrected times would put the killed rank's restart (within 5 s) before the kill. (Not
     more: torch's c10d rendezvous compares heartbeat times across hosts, and a host off by more than
     keep_alive_interval × keep_alive_max_attempt, 15 s by default, is taken for dead: +30 s hung the
     job at its exit barrier.)"""
@@ -184,4 +189,32 @@ def test_a_host_clock_5_s_behind_is_measured_and_the_journal_keeps_causal_order(
     order = [events.index(x) for x in (saved, inject, restarted, loaded)]
     assert order == sorted(order), [(x["kind"], x["t"]) for x in (saved, inject, restarted, loaded)]
     assert inject["t"] < restarted["t"] and saved["t"] < loaded["t"]
-    assert restarted["t_host"] < inject["t"]  # what the uncorrected host clock would have said: the wrong order
+    # (uncorrected, the restart's t_host would sort before the kill whenever the restart took < 5 s; on a
+    # busy machine it may take longer, so the test asserts the correction itself, above, not that race)
+
+
+@pytest.mark.chaos(requires=[*NEEDS, "fuse"])
+def test_sigkill_of_everything_mid_disk_stall_then_cleanup_hosts_leaves_nothing(lab3: Any, tmp_path: Path) -> None:
+    """The runner, the host daemons and the disk filesystems all SIGKILLed mid stall: the mounts go with
+    their filesystems (``auto_unmount``), the stalled workers and the run directories (the data in their
+    backing directories) stay until ``chaos cleanup --hosts``."""
+    schedule = [{"fault": "disk", "mode": "stall", "ops": ["write"], "trigger": {"at_step": 40}}]  # never healed
+    path = on_ssh("disk-stall-during-save.yaml", lab3, tmp_path, topology={"nodes": 2, "nproc_per_node": 1},
+                  schedule=schedule, checks=["completes"])
+    runs = tmp_path / "runs"
+    with _runner_mid_fault(path, runs) as run_dir:
+        mounted = [ln for i in range(2) for ln in lab3.exec(i, ["cat", "/proc/mounts"]).stdout.splitlines()
+                   if "chaos-disk" in ln]
+        assert len(mounted) == 2, mounted  # one on each host, over that node's own checkpoint directory
+        for i in range(2):  # the filesystems first: a daemon would unmount them as it went
+            lab3.exec(i, ["pkill", "-KILL", "-f", "chaos.disk.fs"])
+            lab3.exec(i, ["pkill", "-KILL", "-f", "chaos.backends.ssh.hostd"])
+    left = [ln for i in range(2) for ln in host_leftovers(lab3, i)]
+    assert any(run_dir.name in ln for ln in left), left  # nothing on the hosts undid the run by itself
+    out = chaos("cleanup", "--hosts", str(path), "--json", timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    dead = [r for h in json.loads(out.stdout) for r in h["runs"]]
+    assert dead and all(r["run_id"] == run_dir.name and r.get("removed") for r in dead), dead
+    assert [ln for i in range(3) for ln in host_leftovers(lab3, i)] == []
+    local = chaos("cleanup", runs=runs, timeout=120)
+    assert local.returncode == 0, local.stdout + local.stderr

@@ -72,6 +72,26 @@ def test_log_tail_reads_complete_lines_of_the_files_it_follows(tmp_path: Path) -
     assert tail.unfollowed(min_age_s=0) == []
 
 
+@pytest.mark.parametrize("how", ["replaced", "truncated"])
+def test_log_tail_reads_a_log_written_anew_from_its_start(tmp_path: Path, how: str) -> None:
+    """torchrun can restart a worker for a membership change keeping its restart count: the new worker
+    writes the same attempt_<n>/<rank>/stdout.log anew, and its lines must not be lost past the old offset."""
+    worker = tmp_path / "run_x" / "attempt_0" / "0"
+    worker.mkdir(parents=True)
+    log = worker / "stdout.log"
+    log.write_text("Epoch 0 | the first worker, a long line\nEpoch 1 | the first worker again\n")
+    tail = LogTail(tmp_path)
+    tail.follow(str(worker), "w")
+    assert len(tail.poll()) == 2
+    if how == "replaced":  # a new file (another inode) at the same path
+        log.unlink()
+        log.write_text("Epoch 1 | new\n")
+    else:  # opened with O_TRUNC by the new worker
+        with open(log, "w") as f:
+            f.write("Epoch 1 | new\n")
+    assert [x.text for x in tail.poll()] == ["Epoch 1 | new"]
+
+
 # -- checkpoint files ---------------------------------------------------------------------------------
 def test_file_watch_reports_creation_a_rewrite_once_and_deletion(tmp_path: Path) -> None:
     path = tmp_path / "snapshot.pt"

@@ -22,7 +22,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("verdicts", ["chaos.verdicts"]),
     ("loading, backends, strategies", ["chaos.load", "chaos.backends", "chaos.strategies"]),
     ("faults, black-box runtime, cleanup", ["chaos.faults", "chaos.observe", "chaos.cleanup"]),
-    ("run", ["chaos.run"]),
+    # the host daemon's parts: the runner's work done on an ssh host (loaded by name by the daemon)
+    ("run", ["chaos.run", "chaos.backends.ssh.hostd_files", "chaos.backends.ssh.hostd_blackbox"]),
     ("explore", ["chaos.explore"]),
     ("shells", ["chaos.cli", "chaos.cli_run", "chaos.pytest_plugin", "chaos.progress", "chaos.doctor", "chaos.init",
                 "chaos.agent_main", "chaos.crash", "chaos.cli_args", "chaos"]),

@@ -41,6 +41,7 @@ from typing import Any
 from chaos.backends.base import LaunchSpec, NodeNet
 from chaos.backends.ssh.clock import Offset, measure
 from chaos.backends.ssh.link import HostLink
+from chaos.backends.ssh.pids import PID_BITS, host_pid_of, split_pid
 from chaos.backends.ssh.remote import HostExec
 from chaos.backends.torchrun import AgentLogs, agent_env, torchrun_args
 from chaos.errors import CapabilityError, ChaosError
@@ -49,22 +50,12 @@ from chaos.logtext import error_lines
 from chaos.manifest import Manifest
 from chaos.scenario import SshBackendSpec
 
-PID_BITS = 22
 LOST_EXIT = 255  # the agent exit reported for a host whose session was lost (its real one is unknown)
 HOSTD = "chaos.backends.ssh.hostd"
 
 
-def host_pid_of(node: int, pid: int) -> int:
-    """The backend's name for process ``pid`` of ``node``'s host."""
-    return ((node + 1) << PID_BITS) | pid
-
-
-def split_pid(host_pid: int) -> tuple[int, int]:
-    """(node, pid on that host) of a :func:`host_pid_of` number."""
-    return (host_pid >> PID_BITS) - 1, host_pid & ((1 << PID_BITS) - 1)
-
-
 def make_link(spec: SshBackendSpec, node: int) -> HostLink:
+    """A link (not yet connected) to ``spec.hosts[node]``."""
     h = spec.hosts[node]
     return HostLink(h.address, h.port, h.user, h.key, spec.known_hosts, spec.host_key_policy == "accept-new")
 
@@ -142,6 +133,9 @@ class SshBackend:
         self._node_logs: dict[int, AgentLogs] = {}
         self.manifest = Manifest(self.run_dir)
         self.shared_checkpoints: str | None = None  # <checkpoint_dir>/<run id> where the hosts share one
+        self._on_connected: list[Any] = []  # what waits for the daemons, to be done before the agents start
+        self._connected = False
+        self._after_stop: list[Any] = []  # what teardown does once the job is stopped, before the sessions end
 
     # -- before anything starts ----------------------------------------------------------------------
     def preflight(self, script: str | None = None) -> None:
@@ -166,8 +160,26 @@ class SshBackend:
             self.shared_checkpoints = str(rdzv.call("shared_dir", root=self.spec.checkpoint_dir))
         self.log.record("ssh_checkpoints", where="shared" if self.spec.checkpoint_dir else "node-local",
                         path=self.shared_checkpoints or f"{self.spec.workdir}/<run id>-n<node>/checkpoints")
+        self._connected = True
+        for fn in self._on_connected:  # e.g. the disk fault's mounts, made before any rank writes
+            fn()
         for node in range(self.nodes):
             self._start_agent(node)
+
+    def after_job_stopped(self, fn: Any) -> None:
+        """Call ``fn()`` in :meth:`teardown` once the job is stopped on every host and before the
+        sessions end (the black-box observers' last look, the disk fault's unmount); what it raises is
+        recorded as ``teardown_error``."""
+        self._after_stop.append(fn)
+
+    def on_connected(self, fn: Any) -> None:
+        """Call ``fn()`` once every host's daemon is up and before the agents start (now, if they are
+        up already): what a fault's ``prepare`` hook, called before :meth:`start`, sets up on the hosts.
+        What ``fn`` raises fails :meth:`start`."""
+        if self._connected:
+            fn()
+        else:
+            self._on_connected.append(fn)
 
     def _open(self, node: int) -> None:
         link = make_link(self.spec, node).connect()
@@ -199,6 +211,50 @@ class SshBackend:
         if self.shared_checkpoints is not None:
             text = text.replace(str(self.run_dir / "checkpoints"), self.shared_checkpoints)
         return text.replace(str(self.run_dir), self.remote_dir(node))
+
+    def unmap(self, node: int, text: str) -> str:
+        """``text`` with ``node``'s host's run directory (and the shared checkpoint directory) replaced
+        by the runner's: the inverse of :meth:`_map`, for paths a host reports that the runner's checks
+        compare with the scenario's (a black-box target's checkpoint patterns)."""
+        if self.shared_checkpoints is not None:
+            text = text.replace(self.shared_checkpoints, str(self.run_dir / "checkpoints"))
+        return text.replace(self.remote_dir(node), str(self.run_dir))
+
+    # -- the checkpoints on the hosts (chaos.backends.ssh.files) ------------------------------------------
+    def fuse_status(self) -> tuple[bool, str]:
+        """Whether disk faults can work on every host (node-local checkpoints and FUSE there)."""
+        from chaos.backends.ssh.files import fuse_status
+
+        return fuse_status(self.spec, make_link)
+
+    def checkpoint_mount(self) -> Any:
+        """``env.disk``: the disk fault's filesystem on every host (not yet mounted)."""
+        from chaos.backends.ssh.files import HostMounts
+
+        return HostMounts(self)
+
+    def checkpoint_watcher(self, log: RunnerLog) -> Any:
+        """The checkpoint watcher the runner uses instead of its own: one on each host."""
+        from chaos.backends.ssh.files import HostsWatcher
+
+        return HostsWatcher(self, log)
+
+    def newest_checkpoints(self, globs: list[str]) -> list[tuple[int, dict[str, Any]]]:
+        from chaos.backends.ssh.files import newest_checkpoints
+
+        return newest_checkpoints(self, globs)
+
+    def damage_checkpoint(self, spec: Any, globs: list[str]) -> dict[str, Any]:
+        from chaos.backends.ssh.files import damage_checkpoint
+
+        return damage_checkpoint(self, spec, globs)
+
+    @property
+    def blackbox_observer_class(self) -> Any:
+        """The runner makes this instead of :class:`chaos.observe.observer.Observer`: one observer on each host."""
+        from chaos.backends.ssh.observer import HostsObserver
+
+        return HostsObserver
 
     def _start_agent(self, node: int) -> None:
         assert self.launch is not None
@@ -443,15 +499,23 @@ class SshBackend:
 
     def teardown(self) -> None:
         """On every host at once: stop the agent (SIGTERM, SIGKILL after 3 s) and whatever carries the
-        run's id, copy its agent log, measure the clock again, remove the host's run directory, and end
+        run's id; then what waits for that (:meth:`after_job_stopped`); then on every host copy
+        its agent log, measure the clock again, remove the host's run directory, and end
         the daemon's session (it undoes any chain or qdisc left). Idempotent; never raises."""
-        def one(node: int) -> None:
+        def stop(node: int) -> None:
             link = self.links[node]
             try:
                 if not link.closed.is_set():
                     done = link.call("teardown", timeout_s=60)
                     if done.get("killed"):
                         self.log.record("teardown_killed", node=node, host=link.name, pids=done["killed"])
+            except ChaosError as exc:
+                self.log.record("teardown_error", node=node, host=link.name, error=str(exc)[:500])
+
+        def one(node: int) -> None:
+            link = self.links[node]
+            try:
+                if not link.closed.is_set():
                     self._sync_logs(node)
                     self.offsets[node] = measure(lambda: float(link.call("time")), samples=5)
                     link.call("remove_run_dir")
@@ -464,6 +528,14 @@ class SshBackend:
 
         if not self.links:
             return
+        with ThreadPoolExecutor(max_workers=len(self.links)) as pool:
+            list(pool.map(stop, list(self.links)))
+        hooks, self._after_stop = self._after_stop, []
+        for fn in hooks:  # the job is stopped, the sessions still up: what must be read or undone on the hosts
+            try:
+                fn()
+            except Exception as exc:  # teardown never raises: the rest still runs
+                self.log.record("teardown_error", error=f"{type(exc).__name__}: {exc}"[:500])
         with ThreadPoolExecutor(max_workers=len(self.links)) as pool:
             list(pool.map(one, list(self.links)))
         self.poll()

@@ -43,6 +43,27 @@ PUSH_S = 0.002  # how often new event lines and agent exits are looked for and p
 MAX_READ = 4 << 20  # bytes one ``read`` returns at most
 SUBDIRS = ("events", "control", "checkpoints", "logs")
 TERM_GRACE_S = 3.0
+SLOW_OPS = ("exec", "spawn_ready", "stop_helper", "teardown", "crash")  # answered on a pool thread
+
+
+def add_parts(daemon: Any) -> None:
+    """Give ``daemon`` its parts: objects with ``op_<name>`` methods of their own, a ``SLOW_OPS``
+    tuple (answered on a pool thread) and ``undo()`` (called when the session ends, after the job is
+    stopped). The checkpoint part (:mod:`chaos.backends.ssh.hostd_files`: the disk fault's mount,
+    checkpoint damage, the checkpoint watcher) and the black-box part
+    (:mod:`chaos.backends.ssh.hostd_blackbox`: the black-box observer) live on the host. They are the
+    runner's work done on a host, so they sit in the run layer (README, "Architecture"), above this
+    module, which loads them by name and never imports them."""
+    import importlib
+
+    for name, module in (("files", "chaos.backends.ssh.hostd_files"), ("blackbox", "chaos.backends.ssh.hostd_blackbox")):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        daemon.parts[name] = mod.Part(daemon)
 
 
 class Daemon:
@@ -64,6 +85,8 @@ class Daemon:
         self.watched: dict[int, float] = {}  # pid → start of the workers resolved: their end is pushed
         self._stop = threading.Event()
         self._pushing = threading.Lock()  # the push thread and a teardown both push: one at a time
+        self.parts: dict[str, Any] = {}  # name → a part of the daemon with ops of its own (:func:`add_parts`)
+        add_parts(self)
 
     # -- wire -------------------------------------------------------------------------------------
     def send(self, msg: dict[str, Any]) -> None:
@@ -76,16 +99,19 @@ class Daemon:
         """Answer requests until stdin closes, then undo the run's leftovers on this host."""
         pusher = threading.Thread(target=self._push_loop, daemon=True)
         pusher.start()
-        with ThreadPoolExecutor(max_workers=8) as pool:
+        pool = ThreadPoolExecutor(max_workers=8)
+        try:
             for raw in sys.stdin:
                 try:
                     req = json.loads(raw)
                 except ValueError:
                     continue
-                if req.get("op") in ("exec", "spawn_ready", "stop_helper", "teardown", "crash"):
+                if req.get("op") in SLOW_OPS or any(req.get("op") in getattr(p, "SLOW_OPS", ()) for p in self.parts.values()):
                     pool.submit(self._answer, req)  # may take seconds: never hold up the others
                 else:
                     self._answer(req)
+        finally:  # the session ended: undo now, never waiting for ops the runner no longer waits for
+            pool.shutdown(wait=False, cancel_futures=True)
         self._stop.set()
         self.undo()
         return 0
@@ -94,6 +120,8 @@ class Daemon:
         rid = req.get("id")
         op = str(req.get("op", ""))
         handler = getattr(self, f"op_{op}", None)
+        for part in self.parts.values():
+            handler = handler or getattr(part, f"op_{op}", None)
         if handler is None:
             self.send({"id": rid, "ok": False, "error": f"unknown op {op!r}"})
             return
@@ -440,6 +468,11 @@ class Daemon:
             done.update(self.op_teardown())
         except Exception as exc:
             done["teardown_error"] = str(exc)
+        for name, part in self.parts.items():  # (the disk mount: after the job, so nothing writes to it)
+            try:
+                done[name] = part.undo()
+            except Exception as exc:
+                done[f"{name}_error"] = str(exc)
         done.update(undo_network(self.run_id, [*self.qdiscs, *qdisc_records(self.run_dir)]))
         return done
 
@@ -477,11 +510,13 @@ def undo_network(run_id: str, records: list[dict[str, str]]) -> dict[str, Any]:
 def cleanup_workdir(workdir: str, dry_run: bool = False, keep_dirs: bool = False) -> list[dict[str, Any]]:
     """Undo what dead runs left in ``workdir`` on this host (``chaos cleanup --hosts`` runs this on
     each host): for every run directory whose ``hostd.lock`` no daemon holds, kill the run's
-    processes, remove its chains and qdiscs, and (unless ``keep_dirs``) remove the directory. A run
+    processes, undo the disk fault's mount in it (data moved back), remove its chains and qdiscs, and
+    (unless ``keep_dirs``) remove the directory. A run
     directory is only touched if it belongs to this user and no other user can write it."""
     import shutil
 
     from chaos.backends.procs import kill_run_processes, run_processes
+    from chaos.disk.unmount import leftover_mounts, unmount_all_ours
     from chaos.safedir import check_dir
 
     root = Path(workdir)
@@ -508,9 +543,12 @@ def cleanup_workdir(workdir: str, dry_run: bool = False, keep_dirs: bool = False
                 out.append({"run_dir": str(run_dir), "live": False, "skipped": "no readable hostd.json"})
                 continue
             entry: dict[str, Any] = {"run_dir": str(run_dir), "run_id": run_id, "live": False,
-                                     "processes": [p.pid for p in run_processes(run_id, node)]}
+                                     "processes": [p.pid for p in run_processes(run_id, node)],
+                                     "mounts": leftover_mounts(run_dir)}
             if not dry_run:
                 entry["killed"] = kill_run_processes(run_id, node)
+                if entry["mounts"]:  # the disk fault's filesystem (its data goes back first; before rmtree)
+                    entry["unmounted"] = unmount_all_ours(run_dir)
                 entry.update(undo_network(run_id, qdisc_records(run_dir)))
                 if not keep_dirs:
                     shutil.rmtree(run_dir, ignore_errors=True)
@@ -536,7 +574,10 @@ def main(argv: list[str] | None = None) -> int:
     if not a.run_id:
         ap.error("--run-id is required")
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # sshd hangs up on a lost connection: stdin's EOF says it
-    return Daemon(a.run_id, a.workdir, a.node).serve()
+    code = Daemon(a.run_id, a.workdir, a.node).serve()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    os._exit(code)  # everything is undone: an op's thread still stuck (a stalled read) must not hold the exit
 
 
 if __name__ == "__main__":

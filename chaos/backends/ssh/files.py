@@ -1,0 +1,404 @@
+"""The runner's side of the checkpoints on ``ssh`` hosts: the disk fault's mounts, checkpoint damage and
+the checkpoint watcher, each done by the daemon of the host that holds the checkpoints
+(:mod:`chaos.backends.ssh.hostd_files`), with the same interfaces as on one machine, so the faults
+and checks need not know where the files are.
+
+- :class:`HostMounts` stands for ``env.disk`` (:class:`chaos.disk.mount.DiskMount`): one FUSE mount per
+  host over that node's checkpoint directory; a rule goes to every host (a rule's ``rank`` picks the
+  processes, on whichever host they run). Disk faults need node-local checkpoints: a FUSE mount on
+  each host over one shared directory would give each host a backing directory of its own and split
+  the checkpoints (:func:`fuse_status` says so before anything starts).
+- :func:`newest_checkpoints` / :func:`damage_checkpoint`: the ``checkpoint`` fault damages the newest
+  checkpoint of all hosts (every host holding a checkpoint of that step, where checkpoints are named
+  by step; otherwise the most recently written, times corrected by each host's clock offset).
+- :class:`HostsWatcher` stands for :class:`chaos.run.ckptwatch.CheckpointWatcher`: each verification
+  runs on the host whose rank reported the save (or began the load), and the runner records the event
+  it returns, in the runner's time.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from chaos.backends.ssh.pids import split_pid
+from chaos.errors import ChaosError
+from chaos.history import Event, RunnerLog
+
+SLOW_S = 120.0  # seconds a host may take to mount, verify a checkpoint (torch.load, dcp.load) or finish
+POLL_EVERY_S = 0.1  # how often the hosts' ``latest`` pointers are read
+WATCHED = ("checkpoint_save_begin", "checkpoint_saved", "checkpoint_load_begin")
+
+
+def checkpoint_dir_on(backend: Any, node: int) -> str:
+    """Where ``node``'s host keeps the run's checkpoints (the shared directory, if the hosts share one)."""
+    return str(backend.shared_checkpoints or f"{backend.remote_dir(node)}/checkpoints")
+
+
+def _each(backend: Any, fn: Any, nodes: list[int] | None = None) -> list[Any]:
+    nodes = sorted(backend.links) if nodes is None else nodes
+    if not nodes:
+        return []
+    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        return list(pool.map(fn, nodes))
+
+
+def fuse_status(spec: Any, make_link: Any) -> tuple[bool, str]:
+    """Whether disk faults can work on the hosts of ``spec`` (an SshBackendSpec): node-local
+    checkpoints, and FUSE on every host (its own ``chaos.disk.mount.fuse_status``, asked over SSH
+    through ``make_link(spec, node)``)."""
+    if spec.checkpoint_dir is not None:
+        return False, ("on backend ssh, disk faults need node-local checkpoints: leave backend.checkpoint_dir out "
+                       "(a FUSE mount on each host over one shared directory would split its checkpoints)")
+    probe = "import json; from chaos.disk.mount import fuse_status; print(json.dumps(fuse_status()))"
+    python = spec.python or sys.executable
+
+    def one(node: int) -> tuple[bool, str]:
+        link = make_link(spec, node).connect()
+        try:
+            code, out, err = link.run([python, "-c", probe], timeout_s=60)
+        finally:
+            link.close()
+        if code != 0:
+            return False, f"host {link.name}: cannot ask about FUSE ({err.strip()[-300:] or f'exit {code}'})"
+        try:
+            ok, why = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return False, f"host {link.name}: odd answer about FUSE: {out.strip()[-200:]!r}"
+        return bool(ok), f"host {link.name}: {why}" if not ok else ""
+
+    with ThreadPoolExecutor(max_workers=len(spec.hosts)) as pool:
+        for ok, why in pool.map(one, range(len(spec.hosts))):
+            if not ok:
+                return False, why
+    return True, ""
+
+
+class HostMounts:
+    """``env.disk`` on ssh: the disk fault's filesystem on every host (see the module docstring).
+    ``backing`` is None: the runner never reads the checkpoints itself; each host reads past its own."""
+
+    backing = None
+    pid = None
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.hosts = [backend.links[n].name for n in sorted(backend.links)]
+        self.mountpoint = f"{backend.spec.workdir}/{backend.run_id}-n<node>/checkpoints"
+        self.log_path = f"events/disk.log on each host (under {backend.spec.workdir}/{backend.run_id}-n<node>)"
+        self._mounted: set[int] = set()
+        self._unmounted: dict[str, Any] | None = None  # what the unmount at teardown said
+        self._pending = False  # mount() was asked for, the hosts' daemons are not up yet
+        self._queued: list[Any] = []  # rules added while pending
+        backend.after_job_stopped(self._unmount_now)
+
+    def _call(self, node: int, op: str, **args: Any) -> Any:
+        return self.backend.links[node].call(op, timeout_s=SLOW_S, **args)
+
+    def _live(self) -> list[int]:
+        """The mounted hosts whose session is up (a lost host's mount went with its daemon)."""
+        return [n for n in sorted(self._mounted) if n in self.backend.links and not self.backend.links[n].closed.is_set()]
+
+    def _each_host(self, op: str, **args: Any) -> tuple[list[dict[str, Any]], list[str]]:
+        """``op`` on every live mounted host: (their answers, what failed, as ``host: why``). Never raises:
+        a host lost mid-run is a node gone, not the end of the run."""
+        errors: list[str] = []
+
+        def one(node: int) -> dict[str, Any] | None:
+            try:
+                return dict(self._call(node, op, **args))
+            except ChaosError as exc:
+                errors.append(f"{self.backend.links[node].name}: {exc}")
+                return None
+
+        done = [d for d in _each(self.backend, one, self._live()) if d is not None]
+        return done, errors
+
+    def mount(self) -> None:
+        """Mount on every host once their daemons are up, before the agents start
+        (:meth:`~chaos.backends.ssh.backend.SshBackend.on_connected`); rules added before then (a
+        write hold armed before the job starts) are put in force right after. Raises
+        :class:`~chaos.errors.ChaosError` naming the host that could not (what mounted elsewhere stays
+        for :meth:`unmount`); from the backend's ``start`` when that is when it mounts."""
+        self._pending = True
+        self.backend.on_connected(self._mount_all)
+
+    def _mount_all(self) -> None:
+        self.hosts = [self.backend.links[n].name for n in sorted(self.backend.links)]
+
+        def one(node: int) -> None:
+            try:
+                self._call(node, "disk_mount")
+            except ChaosError as exc:
+                raise ChaosError(f"disk faults: host {self.backend.links[node].name}: {exc}") from exc
+            self._mounted.add(node)
+
+        try:
+            _each(self.backend, one)
+        finally:
+            self._pending = False
+        self.backend.log.record("ssh_disk_mounts", hosts=self.hosts, mountpoint=self.mountpoint)
+        for rule in self._queued:
+            done, errors = self._each_host("disk_add_rule", rule=rule.to_dict())
+            if errors or not all(d.get("confirmed") for d in done):
+                raise ChaosError(f"disk faults: rule {rule.id} not confirmed on every host: {'; '.join(errors)}")
+        self._queued = []
+
+    def is_mounted(self) -> bool:
+        """True while every live host's filesystem runs; also while the mount waits for the hosts'
+        daemons (it is made before any agent starts, or the run fails to start)."""
+        if self._pending:
+            return True
+        live = self._live()
+        return bool(live) and all(_each(self.backend, self._host_mounted, live))
+
+    def _host_mounted(self, node: int) -> bool:
+        try:
+            return bool(self._call(node, "disk_is_mounted"))
+        except ChaosError:
+            return False
+
+    def add_rule(self, rule: Any) -> dict[str, Any]:
+        """Add ``rule`` (a :class:`chaos.disk.rules.Rule`) on every host; ``confirmed`` when all confirmed
+        (before the mount: kept, and put in force on every host before the agents start). A rule's
+        ``nth`` and ``after_bytes`` are counted on each host by itself."""
+        if self._pending:
+            self._queued.append(rule)
+            return {"confirmed": True, "queued": True}
+        done, errors = self._each_host("disk_add_rule", rule=rule.to_dict())
+        return {"confirmed": bool(done) and not errors and all(d.get("confirmed") for d in done),
+                **({"errors": errors} if errors else {})}
+
+    def remove_rules(self, rule_id: str) -> dict[str, Any]:
+        """Remove the rules ``rule_id`` on every host; what each counted, merged. Never raises."""
+        self._queued = [r for r in self._queued if r.id != rule_id]
+        done, errors = self._each_host("disk_remove_rules", rule_id=rule_id)
+        return {"removed": sum(int(d.get("removed") or 0) for d in done),
+                "counts": [c for d in done for c in d.get("counts") or []],
+                "confirmed": not errors and all(d.get("confirmed", True) for d in done),
+                **({"errors": errors} if errors else {})}
+
+    def _unmount_now(self) -> None:
+        self._unmounted = self._unmount_hosts()
+
+    def unmount(self) -> dict[str, Any]:
+        """Unmount on every host (each puts its data back). Never raises; ``errors`` lists what failed.
+        The backend's teardown unmounts once the job is stopped, before the sessions end (a daemon whose
+        session ends unmounts by itself too); this returns what that said, or unmounts now."""
+        if self._unmounted is not None:
+            done, self._unmounted = self._unmounted, {}
+            return done
+        return self._unmount_hosts()
+
+    def _unmount_hosts(self) -> dict[str, Any]:
+        names = {n: self.backend.links[n].name for n in self._live()}
+        done, errors = self._each_host("disk_unmount")
+        errors += [f"{d.get('mountpoint', '?')}: {e}" for d in done for e in d.get("errors") or []]
+        self._mounted.clear()
+        return {"hosts": list(names.values()), "unmounted": done, **({"errors": errors} if errors else {})}
+
+
+def _live_nodes(backend: Any, nodes: list[int]) -> list[int]:
+    return [n for n in nodes if n in backend.links and not backend.links[n].closed.is_set()]
+
+
+def newest_checkpoints(backend: Any, globs: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    """(node, what its daemon's ``ckpt_newest`` says) for every host that holds a checkpoint; on a shared
+    checkpoint directory, only the rendezvous host is asked (all see the same files). A host that cannot
+    answer (lost) holds none, as far as the fault can tell."""
+    nodes = _live_nodes(backend, [backend.spec.rdzv_node] if backend.shared_checkpoints else sorted(backend.links))
+
+    def one(node: int) -> tuple[int, dict[str, Any] | None]:
+        try:
+            return node, backend.links[node].call("ckpt_newest", timeout_s=SLOW_S,
+                                                  checkpoint_dir=checkpoint_dir_on(backend, node),
+                                                  globs=[backend._map(node, g) for g in globs])
+        except ChaosError:
+            return node, None
+
+    return [(n, found) for n, found in _each(backend, one, nodes) if found]
+
+
+def damage_checkpoint(backend: Any, spec: Any, globs: list[str]) -> dict[str, Any]:
+    """Damage the newest checkpoint of all hosts (see the module docstring). Returns the first damaged
+    host's result with ``hosts``/``nodes`` (where it was done), ``path`` (as the runner names it) and
+    ``errors`` (``host: why`` of a host where it could not be done, if another was damaged). Raises
+    :class:`~chaos.errors.ChaosError` when no host holds a checkpoint or none could be damaged."""
+    found = newest_checkpoints(backend, globs)
+    if not found:
+        raise ChaosError(f"checkpoint: no checkpoint on any host ({', '.join(backend.links[n].name for n in backend.links)}) "
+                         "to damage")
+
+    def corrected(item: tuple[int, dict[str, Any]]) -> tuple[int, float]:
+        node, f = item
+        step, mtime_ns = f["key"]
+        offset = backend.offsets[node].offset_s if node in backend.offsets else 0.0
+        return int(step), mtime_ns / 1e9 - offset
+
+    newest = max(found, key=corrected)
+    step = corrected(newest)[0]
+    targets = [item for item in found if corrected(item)[0] == step and item[1]["name"] == newest[1]["name"]] \
+        if step >= 0 else [newest]
+    errors: list[str] = []
+
+    def one(item: tuple[int, dict[str, Any]]) -> tuple[int, dict[str, Any]] | None:
+        node, f = item
+        try:
+            return node, dict(backend.links[node].call("ckpt_damage", timeout_s=SLOW_S,
+                                                       spec=spec.model_dump(mode="json"), path=f["path"]))
+        except ChaosError as exc:
+            errors.append(f"{backend.links[node].name}: {exc}")
+            return None
+
+    done = [d for d in (one(t) for t in targets) if d is not None]
+    if not done:
+        raise ChaosError(f"checkpoint: {'; '.join(errors)}")
+    node0, result = done[0]
+    path = next(f["path"] for n, f in targets if n == node0)
+    return {**result, "path": backend.unmap(node0, path), "nodes": [n for n, _ in done],
+            "hosts": [backend.links[n].name for n, _ in done], **({"errors": errors} if errors else {})}
+
+
+class HostsWatcher:
+    """The checkpoint watcher on ssh (see the module docstring); the runner calls it as it calls a
+    :class:`~chaos.run.ckptwatch.CheckpointWatcher`. ``backing`` is set by the runner and not used:
+    each host reads past its own mount."""
+
+    def __init__(self, backend: Any, log: RunnerLog) -> None:
+        self.backend = backend
+        self.log = log
+        self.backing: Any = None
+        self._started: set[int] = set()
+        self._failed: set[int] = set()  # hosts whose watcher could not start
+        self._waiting: list[tuple[int, dict[str, Any]]] = []  # (node, event as its host saw it) while warming up
+        self._saved_on: dict[str, int] = {}  # a shared directory's checkpoint → the node that verified its save
+        self._next_poll = 0.0
+        self._warming: threading.Thread | None = None
+        self._final: list[Event] | None = None  # the last re-verification, made before the sessions end
+        backend.on_connected(self._warm)
+        backend.after_job_stopped(self._last_look)
+
+    def _warm(self) -> None:
+        """Start every host's watcher (it imports torch: seconds) while the job starts, not at its first save."""
+        def start() -> None:
+            _each(self.backend, self._start)
+
+        self._warming = threading.Thread(target=start, name="chaos-ssh-watchers", daemon=True)
+        self._warming.start()
+
+    def _node(self, event: Event) -> int | None:
+        pid = event.get("pid")
+        if not isinstance(pid, int) or isinstance(pid, bool):
+            return None
+        node = split_pid(pid)[0]
+        return node if node in self.backend.links else None
+
+    def _ensure(self, node: int) -> bool:
+        """Whether ``node``'s watcher is up; never waits for the warm-up (the runner's loop goes on)."""
+        if node not in self.backend.links or self.backend.links[node].closed.is_set():  # not up yet, or lost
+            return False
+        warming = self._warming
+        if warming is not None and warming.is_alive():
+            return node in self._started
+        return self._start(node)
+
+    def _start(self, node: int) -> bool:
+        if node in self._failed:
+            return False
+        if node not in self._started:
+            try:
+                self.backend.links[node].call("watch_start", timeout_s=SLOW_S,
+                                              checkpoint_dir=checkpoint_dir_on(self.backend, node))
+            except ChaosError as exc:  # its checkpoints go unverified: the checks say unknown for want of events
+                self._failed.add(node)
+                self.log.record("checkpoint_watch_error", node=node, error=str(exc)[:500])
+                return False
+            self._started.add(node)
+        return True
+
+    def _call(self, node: int, op: str, **args: Any) -> Any:
+        try:
+            return self.backend.links[node].call(op, timeout_s=SLOW_S, **args) if self._ensure(node) else None
+        except ChaosError as exc:  # the host went away: its checkpoints cannot be judged from here
+            self.log.record("checkpoint_watch_error", node=node, op=op, error=str(exc)[:500])
+            return None
+
+    def _record(self, node: int, made: dict[str, Any] | None) -> Event | None:
+        if not made:
+            return None
+        fields = {k: v for k, v in made.items() if k not in ("t", "kind", "source")}
+        return self.log.record(str(made["kind"]), node=node, host=self.backend.links[node].name, **fields)
+
+    def observe(self, event: Event) -> Event | None:
+        """Verify, on its host, a save or a load a rank reports; the event recorded, or None (also while
+        the hosts' watchers warm up: it is verified once they are up, :meth:`poll`)."""
+        if event.get("kind") not in WATCHED:
+            return None
+        node = self._node(event)
+        if node is None:
+            return None
+        host_event = {**event, "pid": event.get("pid_on_host", event.get("pid")), "t": event.get("t_host", event.get("t"))}
+        self._waiting.append((node, host_event))
+        drained = self._drain()
+        return drained[-1] if drained else None
+
+    def _drain(self) -> list[Event]:
+        """Verify the saves and loads that came while the hosts' watchers warmed up (in order)."""
+        out: list[Event] = []
+        while self._waiting and (self._warming is None or not self._warming.is_alive()):
+            node, host_event = self._waiting.pop(0)
+            path = host_event.get("path")
+            if self.backend.shared_checkpoints is not None and host_event.get("kind") == "checkpoint_load_begin" \
+                    and path in self._saved_on:
+                node = self._saved_on[path]
+            made = self._call(node, "watch_observe", event=host_event)
+            if self.backend.shared_checkpoints is not None and host_event.get("kind") == "checkpoint_saved" and made:
+                self._saved_on[str(path)] = node
+            recorded = self._record(node, made)
+            if recorded is not None:
+                out.append(recorded)
+        return out
+
+    def poll(self) -> Event | None:
+        """A change of a host's ``latest`` pointer, at most every :data:`POLL_EVERY_S` s (and what
+        waited for the warm-up, once it is over: the first of those events is returned, all recorded)."""
+        drained = self._drain()
+        if drained:
+            return drained[0]
+        now = time.monotonic()
+        if now < self._next_poll:
+            return None
+        self._next_poll = now + POLL_EVERY_S
+        nodes = [self.backend.spec.rdzv_node] if self.backend.shared_checkpoints else sorted(self._started)
+        for node in nodes:
+            made = self._record(node, self._call(node, "watch_poll"))
+            if made is not None:
+                return made
+        return None
+
+    def _last_look(self) -> None:
+        if self._warming is not None:
+            self._warming.join(SLOW_S)
+        self._final = self._drain() + self._finish_hosts()
+
+    def finish(self) -> list[Event]:
+        """Re-verify, on each host, every checkpoint its ranks reported that is still there. Done by the
+        backend's teardown once the job is stopped, before the sessions end; this returns what that
+        recorded (or re-verifies now, if the sessions are still up)."""
+        if self._final is not None:
+            out, self._final = self._final, []
+            return out
+        return self._finish_hosts()
+
+    def _finish_hosts(self) -> list[Event]:
+        out: list[Event] = []
+        for node in sorted(self._started):
+            for made in self._call(node, "watch_finish") or []:
+                recorded = self._record(node, made)
+                if recorded is not None:
+                    out.append(recorded)
+        return out
