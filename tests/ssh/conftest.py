@@ -44,11 +44,18 @@ def host_leftovers(lab: Any, i: int) -> list[str]:
     out += [f"process {ln.strip()}" for ln in ps if "sshd" not in ln and "ps -eo" not in ln]  # all else is a run's
     rules = lab.exec(i, ["iptables", "-w", "5", "-S"]).stdout.splitlines()
     out += [f"iptables {ln}" for ln in rules if "CHAOS-" in ln]
-    mounts = lab.exec(i, ["cat", "/proc/mounts"]).stdout.splitlines()
-    out += [f"mount {ln}" for ln in mounts if "chaos-disk" in ln]
+    out += [f"mount {m}" for m in disk_mounts(lab, i)]
     listing = lab.exec(i, ["ls", "-A", lab.workdir]).stdout.split()
     out += [f"file {lab.workdir}/{name}" for name in listing]
     return out
+
+
+def disk_mounts(lab: Any, i: int) -> list[str]:
+    """The disk fault's mountpoints on host ``i``, under its workdir (a mount another test makes on this
+    machine shows in the hosts' mount namespaces too, and is not theirs)."""
+    mounts = [ln.split() for ln in lab.exec(i, ["cat", "/proc/mounts"]).stdout.splitlines()]
+    root = lab.workdir.rstrip("/")
+    return [m[1] for m in mounts if len(m) > 2 and "chaos-disk" in m[2] and (m[1] == root or m[1].startswith(root + "/"))]
 
 
 def shared_dir() -> Path:

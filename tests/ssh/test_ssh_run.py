@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.ssh.conftest import host_leftovers, on_ssh, shared_dir
+from tests.ssh.conftest import disk_mounts, host_leftovers, on_ssh, shared_dir
 
 pytestmark = [pytest.mark.e2e]
 NEEDS = ["torch", "sklearn", "sshd", "iptables"]
@@ -203,8 +203,7 @@ def test_sigkill_of_everything_mid_disk_stall_then_cleanup_hosts_leaves_nothing(
                   schedule=schedule, checks=["completes"])
     runs = tmp_path / "runs"
     with _runner_mid_fault(path, runs) as run_dir:
-        mounted = [ln for i in range(2) for ln in lab3.exec(i, ["cat", "/proc/mounts"]).stdout.splitlines()
-                   if "chaos-disk" in ln]
+        mounted = [m for i in range(2) for m in disk_mounts(lab3, i)]
         assert len(mounted) == 2, mounted  # one on each host, over that node's own checkpoint directory
         for i in range(2):  # the filesystems first: a daemon would unmount them as it went
             lab3.exec(i, ["pkill", "-KILL", "-f", "chaos.disk.fs"])
