@@ -76,6 +76,16 @@ def _sshd() -> str | None:
     return _netns()
 
 
+def _slurm() -> str | None:
+    """What the Slurm test lab (a real slurmctld, munged and one slurmd per namespace node) needs."""
+    import shutil
+
+    for tool in ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "srun", "scontrol", "squeue", "scancel"):
+        if shutil.which(tool) is None:
+            return f"the slurm test lab needs {tool} (apt-get install slurmctld slurmd slurm-client munge)"
+    return _netns()
+
+
 CAPABILITIES: dict[str, Callable[[], str | None]] = {
     "torch": _torch,
     "sklearn": _sklearn,
@@ -86,6 +96,7 @@ CAPABILITIES: dict[str, Callable[[], str | None]] = {
     "iptables": _iptables,
     "fuse": _fuse,
     "sshd": _sshd,
+    "slurm": _slurm,
 }
 
 

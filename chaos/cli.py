@@ -119,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--hosts", type=Path, default=None, metavar="FILE",
                      help="check the ssh hosts a scenario (backend: {kind: ssh, hosts: ...}) or inventory file names "
                      "instead: reachable, host key, python and torch there, root, netem, iptables, FUSE")
+    doc.add_argument("--slurm", action="store_true",
+                     help="check the Slurm cluster SLURM_CONF (or this login node) points at instead: the controller, "
+                     "partitions and idle nodes, a job step on one node (srun, --overlap), python and torch there, root")
+    doc.add_argument("--partition", default=None, help="with --slurm: the partition to run the job step in")
 
     cln = sub.add_parser("cleanup", help="undo what crashed runs left (processes, mounts, chains, namespaces, containers)",
                          description="Removes the resources of runs whose runner is dead: those their manifests "
@@ -291,6 +295,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         from chaos.backends.ssh.hosts import doctor_hosts, load_hosts
 
         rows = [Finding(**r) for r in doctor_hosts(load_hosts(args.hosts))]
+    elif args.slurm:
+        from chaos.backends.slurm.doctor import doctor_slurm
+
+        rows = [Finding(**r) for r in doctor_slurm(args.partition)]
     else:
         rows = findings()
     if args.json:

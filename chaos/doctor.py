@@ -93,6 +93,9 @@ def findings() -> list[Finding]:
     out.append(_row("backend", "docker", docker, "a container per node (engine answers)"))
     ssh = None if importlib.util.find_spec("paramiko") else "the ssh backend needs paramiko; pip install paramiko"
     out.append(_row("backend", "ssh", ssh, "a host per node over SSH; check the hosts with chaos doctor --hosts FILE"))
+    slurm = None if shutil.which("sbatch") and shutil.which("srun") else \
+        "Slurm's client tools are not here (apt-get install slurm-client, or run chaos on a login node)"
+    out.append(_row("backend", "slurm", slurm, "sbatch/srun are here; check the cluster with chaos doctor --slurm"))
 
     no_net = None if (netns is None or docker is None) else "needs backend netns or docker; neither works here"
     out.append(_mechanism("delay", no_net, [

@@ -65,6 +65,10 @@ KINDS: tuple[Kind, ...] = (
     Kind("disk", "stall, slow or fail chosen file operations (write, fsync, rename, ...) on the checkpoint "
          "directory, optionally of one rank, through a FUSE pass-through filesystem", family="disk",
          explore_order=3, disrupts=True, heals=True, needs_checkpoints=True),
+    Kind("slurm-down", "set an allocated node DOWN in Slurm (scontrol update): its job steps are killed; "
+         "backend slurm", kills=True, node_level=True),
+    Kind("slurm-signal", "signal a node's job step or every step of the job through Slurm (scancel --signal), as "
+         "at a time limit or a preemption; backend slurm", kills=True),
     Kind("checkpoint", "damage the newest checkpoint between its save and the next load: corrupt bytes, "
          "truncate, delete its metadata", family="checkpoint", explore_order=2, needs_checkpoints=True),
     Kind("gradient", "SDC in one rank's gradient (bitflip, nan, inf, scale, noise), before (local) or after "

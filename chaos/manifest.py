@@ -61,6 +61,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "image": ("tag",),
     "reservation": ("pool", "value"),
     "remote_host": ("node", "address"),  # an ssh host the run drove (port, user, workdir): cleanup --hosts
+    "slurm_job": ("job_id",),  # the Slurm job holding a slurm run's allocation (name chaos-<run id>)
 }
 
 

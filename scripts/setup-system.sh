@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # System set-up for the netns and docker backends and the network faults, done by `make demo` and
 # `make test`: Debian packages (Docker engine, iptables, iproute2, the NFQUEUE library, sshd and
-# libfaketime for the ssh test lab) and a running
+# libfaketime for the ssh test lab, Slurm's daemons, clients and munge for the slurm test lab) and a running
 # dockerd. Idempotent and quick when everything is there. Without root or apt-get it only says what
 # is missing; those tests then skip (or fail under CI=true).
 set -euo pipefail
 
-PACKAGES=(docker.io iptables iproute2 util-linux libnetfilter-queue-dev procps fuse3 openssh-server faketime)
+PACKAGES=(docker.io iptables iproute2 util-linux libnetfilter-queue-dev procps fuse3 openssh-server faketime
+          slurmctld slurmd slurm-client munge)
 need=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")

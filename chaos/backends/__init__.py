@@ -1,4 +1,4 @@
-"""Backends: where a scenario's nodes live (``local``, ``netns``, ``docker``, ``ssh``)."""
+"""Backends: where a scenario's nodes live (``local``, ``netns``, ``docker``, ``ssh``, ``slurm``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ BACKENDS = {
     "netns": "each node is a network namespace with its own IP on a bridge (veth); needs root",
     "docker": "each node is a container on a bridge network (Docker engine); image built locally or yours",
     "ssh": "each node is a host reached over SSH (its own processes, clock and disk); known_hosts checked",
+    "slurm": "each node is a node of a Slurm allocation chaos submits (sbatch); driven through job steps (srun)",
 }
 
 
@@ -31,6 +32,10 @@ def make_backend(spec: BackendSpec, run_id: str, run_dir: Path, log: RunnerLog) 
         from chaos.backends.ssh.backend import SshBackend
 
         return SshBackend(spec, run_id, run_dir, log)
+    if spec.kind == "slurm":
+        from chaos.backends.slurm.backend import SlurmBackend
+
+        return SlurmBackend(spec, run_id, run_dir, log)
     return LocalBackend(spec, run_id, run_dir, log)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from chaos.history import History
+from chaos.history import Event, History
 
 # errors a worker gets because a peer died first: never the root cause while another error is there
 COLLATERAL = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "SIGTERM", "Signal 15")
@@ -37,14 +37,24 @@ def log_tails(history: History) -> list[str]:
             for e in history.of("agent_exit") if e.get("exit_code") and e.get("log_tail")]
 
 
+def loses_node(fault: Event) -> bool:
+    """Fault event ``fault`` takes its ``node`` away whole (a node-crash, a slurm-down): its kinds-table
+    row says it kills and acts on a node."""
+    from chaos.kinds import row
+
+    kind = row(fault.get("fault"))
+    return kind.kills and kind.node_level and isinstance(fault.get("node"), int)
+
+
 def crashed_agent_exits(history: History) -> set[int]:
-    """ids of ``agent_exit`` events that a node-crash (or agent kill) fault caused: the first exit of
+    """ids of ``agent_exit`` events that a node-level killing fault (node-crash, slurm-down) or an agent
+    kill caused: the first exit of
     that node's agent after the fault. Those are the fault's doing, not the job's failure."""
     out: set[int] = set()
     exits = history.of("agent_exit")
     for f in history.faults():
         sel = f.get("select") or {}
-        node = f.get("node") if f.get("fault") == "node-crash" else sel.get("agent") if f.get("fault") == "kill" else None
+        node = f.get("node") if loses_node(f) else sel.get("agent") if f.get("fault") == "kill" else None
         if node is None:
             continue
         after = next((e for e in exits if e.get("node") == node and e["t"] >= f["t"] - 0.5), None)

@@ -2,7 +2,8 @@
 a bound and train on from a checkpoint; when the node returns, the world size grows back.
 
 World sizes come from the workers' ``start`` events (each worker reports the world it joined).
-A node is *lost* by a ``node-crash`` fault, a kill of its agent, or a ``partition`` that cuts it
+A node is *lost* by a ``node-crash`` fault, a ``slurm-down`` (Slurm kills its job step), a kill of its agent,
+or a ``partition`` that cuts it
 off from the rendezvous host; it *returns* by a ``node-restart`` fault, the heal of a
 ``node-crash`` with ``restart_after_s``, or the partition's heal. Losing the node that
 hosts the c10d rendezvous store kills torchrun jobs (pytorch/pytorch#67742, #150916); the verdict
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from chaos.checks.agents import loses_node
 from chaos.checks.base import CheckContext, Verdict, check, require
 from chaos.history import Event, History
 
@@ -34,7 +36,7 @@ def _lost(history: History, rdzv_node: int = 0) -> list[tuple[Event, int]]:
         node = _cut_off(e, rdzv_node) if e.get("fault") == "partition" else None
         if node is not None:
             out.append((e, node))
-        elif e.get("fault") == "node-crash":
+        elif loses_node(e):
             out.append((e, int(e["node"])))
         elif e.get("fault") == "kill" and "agent" in (e.get("select") or {}):
             out.append((e, int(e["select"]["agent"])))

@@ -47,7 +47,7 @@ from chaos.cleanup.snapshot import (
 )
 from chaos.manifest import registered_runs
 
-ORDER = ("process", "mount", "qdisc", "chain", "netns", "veth", "bridge", "container", "network", "image",
+ORDER = ("slurm_job", "process", "mount", "qdisc", "chain", "netns", "veth", "bridge", "container", "network", "image",
          "reservation", "runner")
 
 

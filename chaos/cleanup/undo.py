@@ -282,6 +282,42 @@ def _image(ids: dict[str, Any], docker: Any, busy: bool = False) -> tuple[str, s
     return REMOVED, "built node image"
 
 
+def _slurm_job(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
+    """Cancel a dead run's Slurm job if the controller still runs it under the run's name and this user."""
+    from chaos.backends.slurm import commands
+
+    job_id = str(ids.get("job_id", ""))
+    if not job_id.isdigit():
+        return FAILED, f"{job_id!r} is not a Slurm job id"
+    why = _foreign_job(job_id, str(ids.get("name", "")))
+    if why:
+        return (GONE, why) if why.startswith("gone") else (KEPT, why)
+    out = commands.cancel(job_id)
+    if out.returncode != 0:
+        return FAILED, f"scancel {job_id}: {out.stderr.strip()[-200:]}"
+    return REMOVED, f"cancelled Slurm job {job_id}"
+
+
+def _foreign_job(job_id: str, name: str) -> str | None:
+    """Why job ``job_id`` is not to be cancelled (gone, ended, another name or user), or None."""
+    from chaos.backends.slurm import commands
+
+    if commands.missing_tool():
+        return f"Slurm's tools are not here: `scancel {job_id}` on the cluster"
+    try:
+        rec = commands.job(job_id)
+    except ChaosError as exc:
+        return f"cannot ask Slurm about job {job_id}: {exc}"
+    if rec is None or rec.get("JobState") not in ("PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "REQUEUED"):
+        return f"gone: Slurm job {job_id} is {rec.get('JobState') if rec else 'no longer known'}"
+    if rec.get("JobName") != name or not name.startswith("chaos-"):
+        return f"Slurm job {job_id} is named {rec.get('JobName')!r}, not {name!r}: not this run's"
+    uid = rec.get("UserId", "").rsplit("(", 1)[-1].rstrip(")")
+    if uid != str(os.geteuid()):
+        return f"Slurm job {job_id} belongs to {rec.get('UserId')}, not to this user"
+    return None
+
+
 def _nothing(why: str) -> Callable[[dict[str, Any], Any], tuple[str, str]]:
     return lambda ids, docker: (GONE, why)
 
@@ -298,8 +334,11 @@ UNDO: dict[str, Callable[[dict[str, Any], Any], tuple[str, str]]] = {
     "network": _network,
     "reservation": _nothing("the kernel dropped its lock with the runner"),
     "runner": _nothing("the runner is gone"),
-    "remote_host": lambda ids, docker: (KEPT, f"on host {ids.get('address')}: its daemon undid the run when the "
-                                              f"session ended; else `chaos cleanup --hosts {ids.get('address')}`"),
+    "slurm_job": _slurm_job,
+    "remote_host": lambda ids, docker: (KEPT, f"on node {ids.get('address')}: its daemon undid the run when its "
+                                              "job step ended; else the job's batch script did") if ids.get("backend") == "slurm"
+    else (KEPT, f"on host {ids.get('address')}: its daemon undid the run when the session ended; else "
+                f"`chaos cleanup --hosts {ids.get('address')}`"),
 }
 
 
@@ -331,6 +370,8 @@ def present(item: Item, docker: Any) -> bool:
             return root_qdisc_handle(ns, str(ids["dev"]))[1] == ids.get("handle")
         if item.kind in ("runner", "reservation"):
             return False
+        if item.kind == "slurm_job":
+            return _foreign_job(str(ids.get("job_id", "")), str(ids.get("name", ""))) is None
     except (ChaosError, OSError, subprocess.SubprocessError, ValueError):
         return True
     return True

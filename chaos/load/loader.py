@@ -129,6 +129,11 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
         loc: tuple[Any, ...] = ("schedule", i)
         fault = _dict(fault)
         fault_name = fault.get("fault")
+        if isinstance(fault_name, str) and fault_name.startswith("slurm-") and kind != "slurm":
+            out.append(
+                f"{at(loc + ('fault',))}schedule[{i}].fault={short(fault_name)} acts through Slurm, which "
+                f"backend.kind={short(kind)} does not have; use backend: {{kind: slurm}}"
+            )
         if row(fault_name).network and kind == "local":
             out.append(
                 f"{at(loc + ('fault',))}schedule[{i}].fault={short(fault_name)} needs nodes with a network of their own, "

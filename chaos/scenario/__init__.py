@@ -14,6 +14,7 @@ from chaos.scenario.backend import (
     LocalBackendSpec,
     NetnsBackendSpec,
     NodesSpec,
+    SlurmBackendSpec,
     SshBackendSpec,
     SshHostSpec,
     is_elastic,
@@ -30,6 +31,8 @@ from chaos.scenario.faults import (
     NodeRestartFault,
     ParameterFault,
     PauseFault,
+    SlurmDownFault,
+    SlurmSignalFault,
 )
 from chaos.scenario.model import Scenario
 from chaos.scenario.net_faults import BandwidthFault, DelayFault, LossFault, PartitionFault
@@ -45,9 +48,12 @@ __all__ = [
     "BlackboxSpec",
     "CheckSpec",
     "CheckpointFault",
+    "SlurmDownFault",
+    "SlurmSignalFault",
     "DelayFault",
     "DiskFault",
     "DockerBackendSpec",
+    "SlurmBackendSpec",
     "SshBackendSpec",
     "SshHostSpec",
     "FaultModel",

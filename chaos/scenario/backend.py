@@ -187,5 +187,47 @@ class SshBackendSpec(NodesSpec):
         return self
 
 
-BackendSpec = Annotated[LocalBackendSpec | NetnsBackendSpec | DockerBackendSpec | SshBackendSpec,
+class SlurmBackendSpec(NodesSpec):
+    """The job as a Slurm cluster launches it: chaos submits an allocation of ``nodes`` nodes with
+    ``sbatch`` (the Slurm command-line tools, pointed at the cluster by ``SLURM_CONF`` or the login
+    node's own configuration), runs a host daemon on each allocated node as a job step (``srun
+    --overlap``), and each daemon starts that node's torchrun agent, as the ``ssh`` backend's does."""
+
+    kind: Literal["slurm"]
+    partition: str | None = Field(default=None, max_length=128, description="sbatch --partition (default: the "
+                                  "cluster's default partition).")
+    account: str | None = Field(default=None, max_length=128, description="sbatch --account.")
+    time_limit: str | None = Field(default="30:00", max_length=32, description="sbatch --time, Slurm's format "
+                                   "(minutes, MM:SS, HH:MM:SS, D-HH:MM:SS); the allocation ends there whatever the run does.")
+    cpus_per_task: int | None = Field(default=None, ge=1, le=4096, description="sbatch/srun --cpus-per-task for "
+                                      "each node's one task (its agent and workers); default: Slurm's (1 CPU).")
+    sbatch_args: list[str] = Field(default_factory=list, max_length=64, description="More sbatch options, as on "
+                                   "its command line (e.g. [--qos=debug, --constraint=cpu]).")
+    reach: Literal["srun"] = Field(default="srun", description="How chaos reaches an allocated node: srun (a job "
+                                   "step per node, srun --overlap --jobid J -w NODE; no SSH to the nodes needed).")
+    allocation_timeout_s: float = Field(default=300.0, gt=0, le=86400, description="How long the submitted job "
+                                        "may stay pending before the run gives up (and cancels it).")
+    workdir: str = Field(default="/var/tmp/chaos", min_length=1, description="Directory on each node under which "
+                         "the run's own directory (events, control, checkpoints, logs) is made; no other user may "
+                         "write it.")
+    python: str | None = Field(default=None, description="The interpreter on the nodes (with torch and chaos); "
+                               "default: this runner's interpreter path.")
+    checkpoint_dir: str | None = Field(
+        default=None, description="A directory every node shares (NFS, Lustre, ...): the run's checkpoints go to "
+        "<checkpoint_dir>/<run id>. Default: node-local, each node's own run directory.")
+
+    @model_validator(mode="after")
+    def _paths(self) -> SlurmBackendSpec:
+        for name in ("workdir", "checkpoint_dir"):
+            value = getattr(self, name)
+            if value is not None and not os.path.isabs(value):
+                raise ValueError(f"{name}={value!r} must be an absolute path on the nodes")
+        for arg in self.sbatch_args:
+            if not arg.startswith("-"):
+                raise ValueError(f"sbatch_args entry {arg!r} is not an option; give options only (e.g. --qos=debug), "
+                                 "chaos writes the job's script itself")
+        return self
+
+
+BackendSpec = Annotated[LocalBackendSpec | NetnsBackendSpec | DockerBackendSpec | SshBackendSpec | SlurmBackendSpec,
                         Field(discriminator="kind")]

@@ -130,6 +130,37 @@ class NodeRestartFault(_Model):
         return f"restart node {self.node} {self.trigger.describe()}"
 
 
+class SlurmDownFault(_Model):
+    """Set an allocated node DOWN in Slurm (``scontrol update NodeName=... State=DOWN``), as an admin or a
+    node health check does: Slurm kills the job's steps there; a job without ``--no-kill`` ends, an
+    elastic one (``min_nodes``, submitted with ``--no-kill``) goes on without the node. Backend ``slurm``."""
+
+    fault: Literal["slurm-down"]
+    node: int = Field(ge=0, description="The node set DOWN (node i is the allocation's i-th node).")
+    reason: str = Field(default="chaos fault", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9 ._:-]+$",
+                        description="The Reason Slurm records (letters, digits, spaces, ._:-).")
+    trigger: Trigger
+
+    def describe(self) -> str:
+        return f"set node {self.node} DOWN in Slurm (scontrol update State=DOWN) {self.trigger.describe()}"
+
+
+class SlurmSignalFault(_Model):
+    """Signal the job's processes through Slurm (``scancel --signal``), as Slurm does before a time limit
+    or a preemption (SIGTERM, then SIGKILL after the grace period if they are still there): the job step
+    of one node, or every step of the job. Backend ``slurm``."""
+
+    fault: Literal["slurm-signal"]
+    signal: Literal["SIGTERM", "SIGINT"] = "SIGTERM"
+    node: int | None = Field(default=None, ge=0, description="The node whose job step is signalled; default: "
+                             "every step of the job (not its batch script).")
+    trigger: Trigger
+
+    def describe(self) -> str:
+        what = f"the job step of node {self.node}" if self.node is not None else "every job step"
+        return f"scancel --signal={self.signal.removeprefix('SIG')} {what} {self.trigger.describe()}"
+
+
 DiskOp = Literal["open", "create", "read", "write", "fsync", "flush", "rename", "unlink", "mkdir", "rmdir",
                  "truncate", "getattr", "readdir"]
 
@@ -178,6 +209,6 @@ class CheckpointFault(_Model):
 
 FaultSpec = Annotated[
     KillFault | GradientFault | ParameterFault | PauseFault | NodeCrashFault | NodeRestartFault | DelayFault
-    | LossFault | BandwidthFault | PartitionFault | DiskFault | CheckpointFault,
+    | LossFault | BandwidthFault | PartitionFault | DiskFault | CheckpointFault | SlurmDownFault | SlurmSignalFault,
     Field(discriminator="fault"),
 ]

@@ -61,40 +61,44 @@ def make_link(spec: SshBackendSpec, node: int) -> HostLink:
 
 
 def check_host(spec: SshBackendSpec, node: int, script: str | None = None) -> dict[str, Any]:
-    """Connect to ``hosts[node]`` and check it can run the job: the interpreter with torch and chaos,
-    the script (if given) and a safe workdir. What was found; raises
-    :class:`~chaos.errors.CapabilityError` naming the host and the fix."""
+    """Connect to ``hosts[node]`` and check it can run the job (:func:`check_link`)."""
     link = make_link(spec, node).connect()
     try:
-        python = spec.python or sys.executable
-        probe = ("import json, os, sys; out = {'python': sys.executable, 'euid': os.geteuid()}\n"
-                 "try:\n import torch; out['torch'] = torch.__version__\nexcept ImportError: out['torch'] = None\n"
-                 "try:\n import chaos.probe; out['chaos'] = True\nexcept ImportError: out['chaos'] = False\n"
-                 "print(json.dumps(out))")
-        rc, out, err = link.run([python, "-c", probe])
-        if rc != 0:
-            raise CapabilityError("ssh", f"host {link.name}: the interpreter {python} does not run there "
-                                  f"({(err or out).strip()[-200:]}); set backend.python to the hosts' interpreter")
-        try:
-            found = json.loads(out.strip().splitlines()[-1])
-            assert isinstance(found, dict)
-        except (IndexError, ValueError, AssertionError):
-            raise CapabilityError("ssh", f"host {link.name}: could not read what {python} said ({out.strip()[-200:]!r}); "
-                                  "does a login script print to stdout there?") from None
-        if not found.get("torch"):
-            raise CapabilityError("ssh", f"host {link.name}: {python} has no torch; install it there "
-                                  "(`pip install torch`) or set backend.python to an interpreter that has it")
-        if not found.get("chaos"):
-            raise CapabilityError("ssh", f"host {link.name}: {python} cannot import chaos; install chaos there "
-                                  "(the job imports its probe, and the runner starts its host daemon)")
-        if script is not None:
-            rc, _, _ = link.run(["test", "-f", script])
-            if rc != 0:
-                raise CapabilityError("ssh", f"host {link.name}: the target script {script} is not there; deploy "
-                                      "the job's code at the same path on every host")
-        return {"host": link.name, **found}
+        return check_link(link, spec.python or sys.executable, script, spec.kind)
     finally:
         link.close()
+
+
+def check_link(link: HostLink, python: str, script: str | None = None, kind: str = "ssh") -> dict[str, Any]:
+    """Check the host behind ``link`` (connected) can run the job: the interpreter ``python`` with torch
+    and chaos, and the script (if given). What was found; raises :class:`~chaos.errors.CapabilityError`
+    (for backend ``kind``) naming the host and the fix."""
+    probe = ("import json, os, sys; out = {'python': sys.executable, 'euid': os.geteuid()}\n"
+             "try:\n import torch; out['torch'] = torch.__version__\nexcept ImportError: out['torch'] = None\n"
+             "try:\n import chaos.probe; out['chaos'] = True\nexcept ImportError: out['chaos'] = False\n"
+             "print(json.dumps(out))")
+    rc, out, err = link.run([python, "-c", probe])
+    if rc != 0:
+        raise CapabilityError(kind, f"host {link.name}: the interpreter {python} does not run there "
+                              f"({(err or out).strip()[-200:]}); set backend.python to the hosts' interpreter")
+    try:
+        found = json.loads(out.strip().splitlines()[-1])
+        assert isinstance(found, dict)
+    except (IndexError, ValueError, AssertionError):
+        raise CapabilityError(kind, f"host {link.name}: could not read what {python} said ({out.strip()[-200:]!r}); "
+                              "does a login script print to stdout there?") from None
+    if not found.get("torch"):
+        raise CapabilityError(kind, f"host {link.name}: {python} has no torch; install it there "
+                              "(`pip install torch`) or set backend.python to an interpreter that has it")
+    if not found.get("chaos"):
+        raise CapabilityError(kind, f"host {link.name}: {python} cannot import chaos; install chaos there "
+                              "(the job imports its probe, and the runner starts its host daemon)")
+    if script is not None:
+        rc, _, _ = link.run(["test", "-f", script])
+        if rc != 0:
+            raise CapabilityError(kind, f"host {link.name}: the target script {script} is not there; deploy "
+                                  "the job's code at the same path on every host")
+    return {"host": link.name, **found}
 
 
 class SshBackend:
@@ -181,11 +185,15 @@ class SshBackend:
         else:
             self._on_connected.append(fn)
 
+    def _link(self, node: int) -> HostLink:
+        """A connected link to ``node``'s host."""
+        return make_link(self.spec, node).connect()
+
     def _open(self, node: int) -> None:
-        link = make_link(self.spec, node).connect()
+        link = self._link(node)
         self.links[node] = link
         self.manifest.add("remote_host", node=node, address=link.address, port=link.port, user=link.user,
-                          workdir=self.spec.workdir)
+                          workdir=self.spec.workdir, backend=self.kind)
         def push(msg: dict[str, Any]) -> None:
             self._on_push(node, msg)
 
@@ -426,9 +434,19 @@ class SshBackend:
         self._news.clear()
 
     def publish_control(self, name: str) -> None:
-        """Write ``control/<name>`` on every host (a gate's go-file: the rank that waits is on one of them)."""
-        with ThreadPoolExecutor(max_workers=max(1, len(self.links))) as pool:
-            list(pool.map(lambda link: link.call("write", path=f"control/{name}", data=""), self.links.values()))
+        """Write ``control/<name>`` on every live host (a gate's go-file: the rank that waits is on one of
+        them; a host whose session was lost has no rank left to wait)."""
+        def write(link: HostLink) -> None:
+            try:
+                link.call("write", path=f"control/{name}", data="")
+            except ChaosError:
+                if not link.closed.wait(2.0):  # (a session that just broke is seen closed a moment later)
+                    raise  # a live host that cannot write its gate's go-file
+                # a host lost meanwhile (host_lost): no rank waits there any more
+
+        live = [link for link in self.links.values() if not link.closed.is_set()]
+        with ThreadPoolExecutor(max_workers=max(1, len(live))) as pool:
+            list(pool.map(write, live))
 
     def node_net(self, node: int) -> NodeNet | None:
         link = self.links.get(node)

@@ -51,12 +51,14 @@ def add_parts(daemon: Any) -> None:
     tuple (answered on a pool thread) and ``undo()`` (called when the session ends, after the job is
     stopped). The checkpoint part (:mod:`chaos.backends.ssh.hostd_files`: the disk fault's mount,
     checkpoint damage, the checkpoint watcher) and the black-box part
-    (:mod:`chaos.backends.ssh.hostd_blackbox`: the black-box observer) live on the host. They are the
+    (:mod:`chaos.backends.ssh.hostd_blackbox`: the black-box observer) live on the host; the Slurm
+    part (:mod:`chaos.backends.slurm.hostd_slurm`) watches the job of the step the daemon runs in. They are the
     runner's work done on a host, so they sit in the run layer (README, "Architecture"), above this
     module, which loads them by name and never imports them."""
     import importlib
 
-    for name, module in (("files", "chaos.backends.ssh.hostd_files"), ("blackbox", "chaos.backends.ssh.hostd_blackbox")):
+    for name, module in (("files", "chaos.backends.ssh.hostd_files"), ("blackbox", "chaos.backends.ssh.hostd_blackbox"),
+                         ("slurm", "chaos.backends.slurm.hostd_slurm")):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:
@@ -574,6 +576,11 @@ def main(argv: list[str] | None = None) -> int:
     if not a.run_id:
         ap.error("--run-id is required")
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # sshd hangs up on a lost connection: stdin's EOF says it
+    if os.environ.get("SLURM_STEP_ID") is not None:
+        # a job step (backend slurm): `scancel --signal` and a node's SIGTERM are meant for the job's
+        # agent and workers, which Slurm signals itself; a handler (not SIG_IGN) so that they keep theirs
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: None)
     code = Daemon(a.run_id, a.workdir, a.node).serve()
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()

@@ -153,7 +153,7 @@ class HostLink:
             self._fail_all(f"connection lost: {exc}")
         self.closed.set()
         if self.on_push is not None and not self._closing:
-            self.on_push({"push": "lost", "why": "the SSH session ended"})
+            self.on_push({"push": "lost", "why": self._lost_why()})
         err = b""
         try:
             while channel.recv_stderr_ready():
@@ -162,6 +162,9 @@ class HostLink:
             pass
         tail = err.decode(errors="replace").strip()[-500:]
         self._fail_all("the host daemon exited" + (f": {tail}" if tail else ""))
+
+    def _lost_why(self) -> str:
+        return "the SSH session ended"
 
     def _dispatch(self, line: bytes) -> None:
         try:

@@ -1,0 +1,66 @@
+"""The host daemon's Slurm part (:func:`chaos.backends.ssh.hostd.add_parts` loads it by name): on backend
+``slurm`` the daemon is a job step, and when Slurm ends the job (cancelled, a node failure, the time
+limit, a requeue) the daemon's stdin may never close: the ``srun`` that carried it has exited, or its
+node is DOWN and was not told. So the daemon watches the job's state (``squeue``, every
+:data:`WATCH_S` s) and, once Slurm says twice in a row that the job no longer runs, undoes the run on
+its node (the run's processes, chains, qdiscs; then its run directory) and exits.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from typing import Any
+
+WATCH_S = 3.0
+
+
+def job_state(job_id: str) -> str | None:
+    """The job's state as ``squeue`` says it (``GONE`` once it has forgotten it); None if it cannot be asked."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=20,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode == 0:
+        return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "GONE"
+    return "GONE" if "Invalid job id" in out.stderr else None
+
+
+class Part:
+    """Watches the job of the step the daemon runs in (only there: ``SLURM_JOB_ID`` and ``SLURM_STEP_ID``)."""
+
+    SLOW_OPS: tuple[str, ...] = ()
+
+    def __init__(self, daemon: Any) -> None:
+        self.daemon = daemon
+        job, step = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")
+        if job and step is not None:
+            threading.Thread(target=self._watch, args=(job,), name="slurm-job-watch", daemon=True).start()
+
+    def _watch(self, job_id: str) -> None:
+        ended = 0
+        while not self.daemon._stop.wait(WATCH_S):
+            state = job_state(job_id)
+            if state is None or state == "RUNNING":
+                ended = 0
+                continue
+            ended += 1
+            if ended >= 2:
+                self._end(job_id, state)
+
+    def _end(self, job_id: str, state: str) -> None:
+        try:
+            self.daemon.send({"push": "error", "error": f"slurm job {job_id} is {state}: the daemon undid the run "
+                                                       "on this node and exits"})
+        except Exception:
+            pass  # the srun that carried the session may be gone
+        try:
+            self.daemon.undo()
+            self.daemon.op_remove_run_dir()
+        finally:
+            os._exit(0)
+
+    def undo(self) -> None:
+        return None

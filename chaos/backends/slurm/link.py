@@ -1,0 +1,135 @@
+"""A link to an allocated node through Slurm itself: each command, and the host daemon's session, is a
+job step on that node (``srun --jobid J --overlap -N1 -n1 -w NODE ...``), its stdin and stdout
+forwarded by ``srun``. No SSH to the nodes is needed, only what any job's ``srun`` needs.
+
+The daemon's protocol is the ``ssh`` backend's (:mod:`chaos.backends.ssh.hostd`); this class is a
+:class:`~chaos.backends.ssh.link.HostLink` whose channel is the ``srun`` process's pipes. Closing its
+stdin ends the daemon's session (``srun`` forwards the end of input), and the daemon undoes the run on
+its node. If ``srun`` itself dies (the runner was SIGKILLed), Slurm kills the step.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from typing import Any
+
+from chaos.backends.slurm.commands import slurm_env
+from chaos.backends.ssh.link import HostLink, Push
+from chaos.errors import ChaosError
+
+STEP_NAME = "chaos-hostd"  # the name of every job step chaos runs on a node (squeue -s shows it)
+
+
+class _Pipes:
+    """The part of a paramiko channel :class:`HostLink` uses, over a child process's pipes."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self._err = bytearray()
+        self._err_lock = threading.Lock()
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
+
+    def _drain_stderr(self) -> None:
+        stderr = self.proc.stderr
+        assert stderr is not None
+        for chunk in iter(lambda: os.read(stderr.fileno(), 1 << 16), b""):
+            with self._err_lock:
+                self._err += chunk[-(1 << 16):]
+                del self._err[:-(1 << 16)]
+
+    def recv(self, n: int) -> bytes:
+        assert self.proc.stdout is not None
+        return os.read(self.proc.stdout.fileno(), n)
+
+    def sendall(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def shutdown_write(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+
+    def exit_status_ready(self) -> bool:
+        return self.proc.poll() is not None
+
+    def recv_stderr_ready(self) -> bool:
+        time.sleep(0.05)  # what srun wrote just before it exited
+        with self._err_lock:
+            return bool(self._err)
+
+    def recv_stderr(self, n: int) -> bytes:
+        with self._err_lock:
+            data = bytes(self._err[:n])
+            del self._err[:n]
+        return data
+
+
+class StepLink(HostLink):
+    """The node ``node_name`` of job ``job_id``, reached through ``srun``; ``address`` is its ``NodeAddr``."""
+
+    def __init__(self, job_id: str, node_name: str, address: str, cpus_per_task: int | None = None) -> None:
+        super().__init__(address, 22, None)
+        self.job_id = job_id
+        self.node_name = node_name
+        self.cpus_per_task = cpus_per_task
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.node_name
+
+    def srun(self, argv: list[str]) -> list[str]:
+        """``argv`` as a one-task step on this node, overlapping the job's other steps."""
+        return ["srun", f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={self.node_name}",
+                "--kill-on-bad-exit=0", "--quiet", f"--job-name={STEP_NAME}",
+                *([f"--cpus-per-task={self.cpus_per_task}"] if self.cpus_per_task else []), "--", *argv]
+
+    def connect(self, timeout_s: float = 0) -> StepLink:
+        return self  # each step is its own connection
+
+    def run(self, argv: list[str], timeout_s: float = 60.0) -> tuple[int, str, str]:
+        try:
+            out = subprocess.run(self.srun(argv), capture_output=True, text=True, timeout=timeout_s, env=slurm_env(),
+                                 stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ChaosError(f"node {self.name}: `{' '.join(argv)[:200]}` as a step of job {self.job_id} failed: "
+                             f"{exc}") from exc
+        return out.returncode, out.stdout, out.stderr
+
+    def start_daemon(self, argv: list[str], on_push: Push) -> None:
+        self.on_push = on_push
+        self._proc = subprocess.Popen(self.srun(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, env=slurm_env(), start_new_session=True)
+        self._channel = _Pipes(self._proc)
+        self._reader = threading.Thread(target=self._read, name=f"hostd-{self.node_name}", daemon=True)
+        self._reader.start()
+
+    def _lost_why(self) -> str:
+        return f"the job step of node {self.node_name} ended"
+
+    def close(self, wait_s: float = 15.0) -> None:
+        """End the daemon's session (stdin closed; waited for up to ``wait_s`` s), then ``srun``
+        (SIGTERM, SIGKILL 5 s later) if it is still there. Idempotent; never raises."""
+        super().close(wait_s)
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            for sig, wait in ((15, 5.0), (9, 5.0)):
+                try:
+                    os.killpg(proc.pid, sig)
+                    proc.wait(timeout=wait)
+                    break
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    continue
+        for stream in (proc.stdout, proc.stderr) if proc is not None else ():
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"node": self.node_name, "address": self.address, "job_id": self.job_id}

@@ -1,0 +1,79 @@
+"""Slurm's own faults on a real cluster (issue 16): a node set DOWN mid-run, and ``scancel --signal``.
+
+An elastic job (3 nodes, --nnodes=2:3, submitted with --no-kill) loses the node Slurm set DOWN: Slurm
+kills its job step, the survivors regroup and train on, and the verdict names the node state change as
+the cause. The same fault on a job of a fixed world size ends the job: the verdict fails (the check
+can fail). A SIGTERM to every job step stops the job, and the verdict puts the workers' exits down to
+the fault. After each run the node is back in service and nothing of the run is left on any node."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos import load_scenario, run_scenario
+from tests.slurm.conftest import node_leftovers, on_slurm
+
+pytestmark = [pytest.mark.e2e]
+NEEDS = ["torch", "sklearn", "slurm"]
+
+
+def _run(lab: Any, tmp: Path, name: str, **changes: Any) -> Any:
+    ckpt = Path(tempfile.mkdtemp(prefix="chaos-slurm-ckpt-"))
+    try:
+        return run_scenario(load_scenario(on_slurm(name, lab, tmp, checkpoint_dir=ckpt, **changes)), tmp / "runs")
+    finally:
+        shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def _clean(lab: Any) -> None:
+    assert lab.jobs() == []
+    deadline = time.time() + 20  # a slurmstepd ends a moment after its task (Slurm's own, not chaos's)
+    while (left := [x for i in range(lab.n) for x in node_leftovers(lab, i)]) and time.time() < deadline:
+        time.sleep(0.5)
+    assert left == []
+    states = lab.scontrol("show", "-o", "node").stdout
+    assert "DOWN" not in states and "DRAIN" not in states, states  # given back to Slurm
+
+
+@pytest.mark.chaos(requires=NEEDS)
+def test_a_node_set_down_is_lost_and_the_elastic_job_regroups_naming_the_cause(slurm3: Any, tmp_path: Path) -> None:
+    schedule = [{"fault": "slurm-down", "node": 2, "trigger": {"at_step": 60}}]
+    result = _run(slurm3, tmp_path, "node-loss-elastic.yaml", schedule=schedule,
+                  checks=["completes", "regrouped", "restored_from_checkpoint", "no_hang"])
+    by = {v.check: v for v in result.verdicts}
+    explain = "\n".join(f"{v.check}: {v.status}: {v.explanation}" for v in result.verdicts)
+    assert result.ok, explain
+    assert "world size 3 → 2" in by["regrouped"].explanation
+    assert "set node 2 DOWN in Slurm" in by["regrouped"].explanation  # the cause, named
+    inject = next(e for e in result.events if e["kind"] == "fault_inject")
+    assert inject["slurm_node"] == slurm3.names[2] and inject["state"] == "DOWN"
+    assert any(e["kind"] == "host_lost" and e["node"] == 2 for e in result.events)
+    _clean(slurm3)
+
+
+@pytest.mark.chaos(requires=NEEDS)
+def test_a_node_set_down_ends_a_job_of_fixed_size(slurm3: Any, tmp_path: Path) -> None:
+    schedule = [{"fault": "slurm-down", "node": 1, "trigger": {"at_step": 30}}]
+    result = _run(slurm3, tmp_path, "kill-worker.yaml", topology={"nodes": 2, "nproc_per_node": 1},
+                  schedule=schedule, checks=["completes"], deadline_s=120)
+    completes = next(v for v in result.verdicts if v.check == "completes")
+    assert completes.status == "failed", completes.explanation
+    _clean(slurm3)
+
+
+@pytest.mark.chaos(requires=NEEDS)
+def test_a_sigterm_to_every_job_step_stops_the_job_and_is_named(slurm3: Any, tmp_path: Path) -> None:
+    schedule = [{"fault": "slurm-signal", "signal": "SIGTERM", "trigger": {"at_step": 30}}]
+    result = _run(slurm3, tmp_path, "kill-worker.yaml", topology={"nodes": 2, "nproc_per_node": 1},
+                  schedule=schedule, checks=["completes"], deadline_s=120)
+    completes = next(v for v in result.verdicts if v.check == "completes")
+    assert completes.status == "failed", completes.explanation
+    inject = next(e for e in result.events if e["kind"] == "fault_inject")
+    assert inject["target"] == inject["job_id"] and inject["signal"] == "SIGTERM"
+    _clean(slurm3)

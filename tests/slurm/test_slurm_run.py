@@ -1,0 +1,146 @@
+"""``chaos run`` and ``chaos doctor --slurm`` on a real Slurm cluster, as a user runs them (issue 16):
+what the cluster cannot take is exit 2 before anything is submitted; an interrupted run cancels its
+job; a runner SIGKILLed mid-run (mid network partition) leaves no job and nothing on the nodes, the
+allocation's keeper ending it; the doctor reports the controller, partitions and a job step."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.slurm.conftest import node_leftovers, on_slurm
+
+pytestmark = [pytest.mark.e2e]
+NEEDS = ["torch", "sklearn", "slurm", "iptables"]
+
+
+def chaos(*argv: str, runs: Path | None = None, timeout: float = 300, env: dict[str, str] | None = None
+          ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **(env or {}), **({"CHAOS_RUNS_DIR": str(runs)} if runs is not None else {})}
+    return subprocess.run([sys.executable, "-m", "chaos.cli", *argv], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout, env=env)
+
+
+def edit(path: Path, fn: Any) -> Path:
+    data = yaml.safe_load(path.read_text())
+    fn(data)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _dead_controller(lab: Any, tmp: Path) -> Path:
+    """The lab's slurm.conf with the controller's port moved to one nothing listens on."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    text = "\n".join(f"SlurmctldPort={port}" if ln.startswith("SlurmctldPort=") else ln
+                     for ln in lab.conf.read_text().splitlines())
+    conf = tmp / "slurm.conf"
+    conf.write_text(text + "\n")
+    return conf
+
+
+@pytest.mark.chaos(requires=NEEDS)
+@pytest.mark.parametrize("problem", ["no controller", "unknown partition", "too many nodes"])
+def test_what_the_cluster_cannot_take_is_exit_2_before_anything_is_submitted(
+        slurm3: Any, tmp_path: Path, problem: str) -> None:
+    path = on_slurm("kill-worker.yaml", slurm3, tmp_path, topology={"nodes": 2, "nproc_per_node": 1})
+    env: dict[str, str] = {}
+    if problem == "no controller":
+        env["SLURM_CONF"] = str(_dead_controller(slurm3, tmp_path))
+        want = ["no Slurm controller answers", "SLURM_CONF"]
+    elif problem == "unknown partition":
+        edit(path, lambda d: d["backend"].update(partition="gpu-h100"))
+        want = ["backend.partition='gpu-h100'", slurm3.partition]
+    else:
+        edit(path, lambda d: d["backend"].update(nodes=4))
+        want = ["backend.nodes=4", "has 3 node(s)", "lower backend.nodes"]
+    out = chaos("run", str(path), runs=tmp_path / "runs", timeout=180, env=env)
+    assert out.returncode == 2, out.stdout + out.stderr
+    for needle in want:
+        assert needle in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "runs").exists()  # nothing started, not even the reference run
+    assert slurm3.jobs() == []  # nothing submitted
+
+
+def _wait_for(path: Path, needle: str, timeout_s: float = 180) -> Path:
+    """The run directory under ``path`` whose journal has ``needle``, waited for."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        for log in path.glob("*/runner.jsonl"):
+            if needle in log.read_text():
+                return log.parent
+        time.sleep(0.2)
+    raise AssertionError(f"no {needle} in {path} within {timeout_s} s")
+
+
+def _nothing_left(lab: Any, timeout_s: float) -> list[str]:
+    """What of a run is still on the cluster after up to ``timeout_s`` s: jobs, and on each node."""
+    deadline = time.time() + timeout_s
+    while True:
+        left = [f"job {j}" for j in lab.jobs()] + [f"node {i}: {x}" for i in range(lab.n) for x in node_leftovers(lab, i)]
+        if not left or time.time() > deadline:
+            return left
+        time.sleep(1)
+
+
+@pytest.mark.chaos(requires=NEEDS)
+@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
+def test_a_runner_stopped_mid_partition_leaves_no_job_and_nothing_on_the_nodes(
+        slurm3: Any, tmp_path: Path, how: str) -> None:
+    schedule = [{"fault": "partition", "between": [[0, 1], [2]], "trigger": {"at_step": 20}}]  # never healed
+    path = on_slurm("partition.yaml", slurm3, tmp_path, schedule=schedule, checks=["completes"])
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", str(path)], cwd=REPO,
+                            env={**os.environ, "CHAOS_RUNS_DIR": str(runs)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        run_dir = _wait_for(runs, '"fault_inject"')
+        assert slurm3.jobs(), "the run's job should be running"
+        assert any("CHAOS-" in ln for i in range(3) for ln in slurm3.exec(i, ["iptables", "-S"]).stdout.splitlines())
+        proc.send_signal(signal.SIGINT if how == "SIGINT" else signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if how == "SIGINT":
+        assert proc.returncode != 0 and "interrupted" in out.lower(), out[-2000:]
+        events = [json.loads(ln) for ln in (run_dir / "runner.jsonl").read_text().splitlines()]
+        end = [e for e in events if e["kind"] == "slurm_job_end"]
+        assert end and end[0]["state"] == "CANCELLED", end
+        assert _nothing_left(slurm3, 30) == []
+    else:  # nobody cancels: Slurm kills the steps whose srun died, the daemons undo, the keeper ends the job
+        assert _nothing_left(slurm3, 90) == []
+
+
+@pytest.mark.chaos(requires=["slurm", "torch"])
+def test_doctor_reports_the_controller_partitions_and_a_job_step(slurm3: Any) -> None:
+    out = chaos("doctor", "--slurm", "--json", timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = {r["name"]: r for r in json.loads(out.stdout)}
+    assert rows["controller"]["status"] == "ok"
+    part = rows[f"partition {slurm3.partition} (default)"]
+    assert part["status"] == "ok" and "3 node(s), 3 idle" in part["detail"], part
+    assert rows["reach a node (job step)"]["status"] == "ok"
+    assert rows["srun --overlap"]["status"] == "ok"
+    assert rows["python, torch, chaos on the nodes"]["status"] == "ok"
+    assert rows["root on the nodes"]["status"] == "ok"
+    assert slurm3.jobs() == []
+    dead = chaos("doctor", "--slurm", "--json", timeout=120,
+                 env={"SLURM_CONF": str(_dead_controller(slurm3, Path(slurm3.dir)))})
+    rows = {r["name"]: r for r in json.loads(dead.stdout)}
+    assert rows["controller"]["status"] == "missing" and "SLURM_CONF" in rows["controller"]["detail"]
