@@ -11,7 +11,10 @@ Measured in this one run on :class:`chaos.backends.slurm.lab.SlurmLab` (3 nodes)
                daemon answers (one ``srun`` step per node to check it, one per node for the daemon),
                and from there to the first step (the agents, rendezvous and workers, as on ``ssh``).
 
-Requeue-to-resumed-step is not measured yet: the requeue fault comes with Slurm's own faults.
+  requeue      one slurm run of the same job (60 steps, a checkpoint every 10) preempted and requeued at
+               step 30 (``slurm-requeue``: SIGTERM, 2 s grace, ``scontrol requeue``, Slurm's hold on a
+               requeued job lifted): from the fault's signal (the grace included) to the first step the
+               job takes again on its new allocation, split at the moment Slurm runs the job again.
 
 Run as root with Slurm's packages: ``python -m benchmarks.slurm_backend [--quick]`` (quick: 2
 rounds; full: 4). Writes ``benchmarks/SLURM.md``.
@@ -44,17 +47,19 @@ SCENARIO = REPO / "scenarios" / "node-loss-elastic.yaml"
 OUT = Path(__file__).resolve().parent / "SLURM.md"
 
 
-def scenario(kind: str, lab: Any, ckpt: Path) -> Scenario:
+def scenario(kind: str, lab: Any, ckpt: Path, steps: int = 20, requeue_at: int | None = None) -> Scenario:
     data = yaml.safe_load(SCENARIO.read_text())
     args = data["target"]["args"]
     i = args.index("--step-time-ms")
     data["target"]["args"] = args[:i] + args[i + 2:]
-    data["target"].update(steps=20, script=str(REPO / "targets" / "digits_ddp.py"))
+    data["target"].update(steps=steps, script=str(REPO / "targets" / "digits_ddp.py"), checkpoint_every=10)
     backend: dict[str, Any] = {"kind": kind, "nodes": 3, "nproc_per_node": 1}
     if kind == "slurm":
-        backend.update(partition=lab.partition, workdir=lab.workdir, checkpoint_dir=str(ckpt), time_limit="5:00")
+        backend.update(partition=lab.partition, workdir=lab.workdir, checkpoint_dir=str(ckpt), time_limit="10:00",
+                       requeue=requeue_at is not None)
     data["backend"] = backend
-    data.update(name=f"bench-slurm-{kind}", schedule=[], checks=["completes"])
+    schedule = [] if requeue_at is None else [{"fault": "slurm-requeue", "grace_s": 2, "trigger": {"at_step": requeue_at}}]
+    data.update(name=f"bench-slurm-{kind}", schedule=schedule, checks=["completes"])
     return scenario_from_dict(data, source=SCENARIO)
 
 
@@ -72,6 +77,17 @@ def phases(result: Any) -> dict[str, float]:
         out["running"] = alloc["running_t"] - start
         out["daemons"] = next(e["t"] for e in ev if e["kind"] == "agent_start") - start
     return out
+
+
+def requeue_phases(result: Any) -> tuple[float, float]:
+    """(s from the requeue's inject until Slurm ran the job again, s from then to its first step there)."""
+    ev = result.events
+    inject = next(e.get("t_inject", e["t"]) for e in ev if e["kind"] == "fault_inject")  # its signal
+    running = [e for e in ev if e["kind"] == "slurm_allocation"][-1]["running_t"]
+    heal = next(e["t"] for e in ev if e["kind"] == "fault_heal")
+    first = min(e["t"] for e in ev if e["kind"] == "step" and e.get("source") != "runner" and e["t"] > heal - 30
+                and e["t"] > running)
+    return running - inject, first - running
 
 
 def main() -> None:
@@ -99,6 +115,12 @@ def main() -> None:
                         raise RuntimeError(f"{kind}: {result.failure_message()}")
                     got[kind].append(phases(result))
                     print(f"round {r}: {kind:5s} {got[kind][-1]}", flush=True)
+            requeued = run_scenario(scenario("slurm", lab, ckpt, steps=60, requeue_at=30), Path(tmp) / "rq",
+                                    reference=False)
+            if not requeued.ok:
+                raise RuntimeError(f"requeue: {requeued.failure_message()}")
+            back, resumed = requeue_phases(requeued)
+            print(f"requeue: running again after {back:.2f} s, first step {resumed:.2f} s later", flush=True)
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)
         if before is None:
@@ -116,7 +138,9 @@ def main() -> None:
         ("sbatch until the job runs (median)", f"{s['running']:.2f} s", "—", "—"),
         ("job running until every daemon is up (median)", f"{s['daemons'] - s['running']:.2f} s", "—", "—"),
         ("daemons up until every rank's first step (median)", f"{s['first_step'] - s['daemons']:.2f} s", "—", "—"),
-        ("requeue to resumed step", "not measured (no requeue fault yet)", "—", "—"),
+        ("requeue to resumed step (one run)", f"{back + resumed:.2f} s", "—", "—"),
+        ("  of which: requeue until Slurm runs the job again", f"{back:.2f} s", "—", "—"),
+        ("  of which: running again until its first step", f"{resumed:.2f} s", "—", "—"),
     ])
     lines += section("Method", [__doc__.split("\n\n", 1)[1].rsplit("\n\nRun as root", 1)[0]])
     args.out.write_text(text(lines))

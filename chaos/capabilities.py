@@ -80,9 +80,10 @@ def _slurm() -> str | None:
     """What the Slurm test lab (a real slurmctld, munged and one slurmd per namespace node) needs."""
     import shutil
 
-    for tool in ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "srun", "scontrol", "squeue", "scancel"):
+    for tool in ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "srun", "scontrol", "squeue", "scancel", "sinfo",
+                 "nsenter", "unshare"):
         if shutil.which(tool) is None:
-            return f"the slurm test lab needs {tool} (apt-get install slurmctld slurmd slurm-client munge)"
+            return f"the slurm test lab needs {tool} (apt-get install slurmctld slurmd slurm-client munge util-linux)"
     return _netns()
 
 

@@ -69,6 +69,8 @@ KINDS: tuple[Kind, ...] = (
          "backend slurm", kills=True, node_level=True),
     Kind("slurm-signal", "signal a node's job step or every step of the job through Slurm (scancel --signal), as "
          "at a time limit or a preemption; backend slurm", kills=True),
+    Kind("slurm-requeue", "preempt the Slurm job (a signal, a grace period) and requeue it: it comes back on a new "
+         "allocation and resumes from its checkpoint; backend slurm", kills=True, needs_checkpoints=True),
     Kind("checkpoint", "damage the newest checkpoint between its save and the next load: corrupt bytes, "
          "truncate, delete its metadata", family="checkpoint", explore_order=2, needs_checkpoints=True),
     Kind("gradient", "SDC in one rank's gradient (bitflip, nan, inf, scale, noise), before (local) or after "

@@ -47,17 +47,18 @@ def loses_node(fault: Event) -> bool:
 
 
 def crashed_agent_exits(history: History) -> set[int]:
-    """ids of ``agent_exit`` events that a node-level killing fault (node-crash, slurm-down) or an agent
-    kill caused: the first exit of
+    """ids of ``agent_exit`` events that a node-level killing fault (node-crash, slurm-down), an agent
+    kill or a fault that names the agents it stopped (``agents_stopped``: slurm-requeue) caused: the first exit of
     that node's agent after the fault. Those are the fault's doing, not the job's failure."""
     out: set[int] = set()
     exits = history.of("agent_exit")
     for f in history.faults():
         sel = f.get("select") or {}
         node = f.get("node") if loses_node(f) else sel.get("agent") if f.get("fault") == "kill" else None
-        if node is None:
-            continue
-        after = next((e for e in exits if e.get("node") == node and e["t"] >= f["t"] - 0.5), None)
-        if after is not None:
-            out.add(id(after))
+        stopped = f.get("agents_stopped")  # a fault that says whose agents it stopped (a Slurm requeue)
+        nodes = [node] if node is not None else [n for n in stopped if isinstance(n, int)] if isinstance(stopped, list) else []
+        for n in nodes:
+            after = next((e for e in exits if e.get("node") == n and e["t"] >= f["t"] - 0.5), None)
+            if after is not None:
+                out.add(id(after))
     return out

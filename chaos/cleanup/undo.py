@@ -291,8 +291,14 @@ def _slurm_job(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
         return FAILED, f"{job_id!r} is not a Slurm job id"
     why = _foreign_job(job_id, str(ids.get("name", "")))
     if why:
-        return (GONE, why) if why.startswith("gone") else (KEPT, why)
-    out = commands.cancel(job_id)
+        if why.startswith("gone"):
+            return GONE, why
+        return (FAILED, why) if why.startswith("cannot ask") else (KEPT, why)  # a failure is tried again
+    import pwd
+
+    # Slurm filters too (name and user): a job that changed hands since it was looked at is not touched
+    out = commands.run("scancel", f"--name={ids.get('name')}", f"--user={pwd.getpwuid(os.geteuid()).pw_name}", job_id,
+                       check=False)
     if out.returncode != 0:
         return FAILED, f"scancel {job_id}: {out.stderr.strip()[-200:]}"
     return REMOVED, f"cancelled Slurm job {job_id}"
@@ -303,7 +309,7 @@ def _foreign_job(job_id: str, name: str) -> str | None:
     from chaos.backends.slurm import commands
 
     if commands.missing_tool():
-        return f"Slurm's tools are not here: `scancel {job_id}` on the cluster"
+        return f"cannot ask Slurm here (its tools are missing): `scancel {job_id}` on the cluster"
     try:
         rec = commands.job(job_id)
     except ChaosError as exc:
@@ -371,7 +377,8 @@ def present(item: Item, docker: Any) -> bool:
         if item.kind in ("runner", "reservation"):
             return False
         if item.kind == "slurm_job":
-            return _foreign_job(str(ids.get("job_id", "")), str(ids.get("name", ""))) is None
+            why = _foreign_job(str(ids.get("job_id", "")), str(ids.get("name", "")))
+            return why is None or why.startswith("cannot ask")
     except (ChaosError, OSError, subprocess.SubprocessError, ValueError):
         return True
     return True

@@ -1,6 +1,7 @@
 """Slurm's own faults, on backend ``slurm``: ``slurm-down`` (a node set DOWN, as an admin or a health
-check does: Slurm kills the job's steps there) and ``slurm-signal`` (``scancel --signal`` to a node's
-job step or to every step, as Slurm signals a job before its time limit or a preemption). They act
+check does: Slurm kills the job's steps there), ``slurm-signal`` (``scancel --signal`` to a node's
+job step or to every step, as Slurm signals a job before its time limit or a preemption) and
+``slurm-requeue`` (a preemption that requeues the job: it comes back on a new allocation). They act
 through the backend (:class:`chaos.backends.slurm.backend.SlurmBackend`), which knows the job and
 its nodes; on any other backend they are exit 2 before anything starts.
 """
@@ -11,7 +12,7 @@ from typing import Any
 
 from chaos.errors import CapabilityError, ChaosError
 from chaos.faults.base import FaultEnv, SpecFault
-from chaos.scenario import SlurmDownFault, SlurmSignalFault
+from chaos.scenario import SlurmDownFault, SlurmRequeueFault, SlurmSignalFault
 
 
 def _slurm(env: FaultEnv, fault: str) -> Any:
@@ -82,3 +83,48 @@ class SlurmSignal(SpecFault):
         pids = sorted(w.pid for w in env.workers.live() if self.spec.node is None or w.node == self.spec.node)
         done = _slurm(env, "slurm-signal").signal_steps(self.spec.signal, self.spec.node)
         return {**done, "signal": self.spec.signal, "pids": pids}
+
+
+class SlurmRequeue(SpecFault):
+    """Preempt and requeue the job (see :class:`chaos.scenario.SlurmRequeueFault`). The inject signals
+    every step, waits the grace period, ends the node daemons' sessions (each undoes the run on its
+    node) and requeues the job; the heal, due at once, waits until Slurm runs the job again and starts
+    the nodes on the new allocation. The run waits for it."""
+
+    spec: SlurmRequeueFault
+    instant = False
+    heal_at_end = False  # a requeue whose job never came back is not brought back just to be torn down
+    run_waits_to_heal = True
+
+    def __init__(self, spec: SlurmRequeueFault, fault_id: str) -> None:
+        super().__init__(spec, fault_id)
+        self.spec = spec
+        self._requeued = False
+
+    def duration(self) -> float | None:
+        return 0.01  # healed (the job waited for and started again) as soon as it is requeued
+
+    def preflight(self, env: FaultEnv) -> None:
+        backend = _slurm(env, "slurm-requeue")
+        if not backend.slurm.requeue:
+            raise CapabilityError("slurm", "slurm-requeue: the job is submitted with --no-requeue, which Slurm "
+                                  "will not requeue; set backend.requeue: true (sbatch --requeue)")
+        if getattr(backend.slurm, "checkpoint_dir", None) is None:
+            raise CapabilityError("slurm", "slurm-requeue: a requeued job may come back on other nodes, where "
+                                  "node-local checkpoints are not; set backend.checkpoint_dir to a directory every "
+                                  "node shares")
+
+    def ready(self, env: FaultEnv) -> bool:
+        return any(env.backend.agent_pid(n) is not None for n in range(env.backend.nodes))
+
+    def inject(self, env: FaultEnv) -> dict[str, Any]:
+        pids = sorted(w.pid for w in env.workers.live())
+        done = _slurm(env, "slurm-requeue").requeue(self.spec.signal, self.spec.grace_s, self.spec.begin_now)
+        self._requeued = True
+        return {**done, "signal": self.spec.signal, "pids": pids}
+
+    def heal(self, env: FaultEnv) -> dict[str, Any] | None:
+        if not self._requeued:
+            return None
+        self._requeued = False
+        return {"relaunched": _slurm(env, "slurm-requeue").relaunch()}

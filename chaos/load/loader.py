@@ -90,6 +90,27 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+SLURM_MARGIN_S = 120.0  # the allocation outlives the run's deadline by this much (start-up, teardown)
+
+
+def _time_limit_problems(data: dict[str, Any], backend: dict[str, Any], at: Any) -> list[str]:
+    """A slurm allocation that would end before the run's deadline: Slurm would stop the job, and the
+    verdicts would put it down to the job."""
+    from chaos.scenario.backend import slurm_minutes
+
+    limit = backend.get("time_limit", "30:00") if backend.get("kind") == "slurm" else None
+    deadline = data.get("deadline_s", 300.0)
+    minutes = slurm_minutes(limit) if isinstance(limit, str) else None
+    if minutes is None or not isinstance(deadline, (int, float)) or isinstance(deadline, bool):
+        return []
+    if minutes * 60 >= float(deadline) + SLURM_MARGIN_S:
+        return []
+    return [f"{at(('backend', 'time_limit'))}backend.time_limit={short(limit)} ends the allocation before the run's "
+            f"deadline_s={deadline:g} (+{SLURM_MARGIN_S:g} s to start and tear down): Slurm would stop the job and the "
+            f"verdicts would blame it; raise backend.time_limit to at least {int((float(deadline) + SLURM_MARGIN_S) // 60) + 1} "
+            "minutes or lower deadline_s"]
+
+
 def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
     """Problems that need more than one field to see (a step past the job's end, a rank past the
     world size, an unknown check, a missing script), found on the raw data so that they are reported
@@ -117,6 +138,7 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
                 out.append(f"{at(('target', key, i))}target.{key}[{i}]={short(arg)} {problem}")
     out += blackbox_problems(data, base_dir, at)
     out += target_env_problems(data, base_dir, at)
+    out += _time_limit_problems(data, backend, at)
     steps = _int(target.get("steps"))
     every = _int(target.get("checkpoint_every"))
     hosts = backend.get("hosts") if backend.get("kind") == "ssh" else None

@@ -32,6 +32,7 @@ from chaos.scenario.faults import (
     ParameterFault,
     PauseFault,
     SlurmDownFault,
+    SlurmRequeueFault,
     SlurmSignalFault,
 )
 from chaos.scenario.model import Scenario
@@ -49,6 +50,7 @@ __all__ = [
     "CheckSpec",
     "CheckpointFault",
     "SlurmDownFault",
+    "SlurmRequeueFault",
     "SlurmSignalFault",
     "DelayFault",
     "DiskFault",

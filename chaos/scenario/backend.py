@@ -203,6 +203,8 @@ class SlurmBackendSpec(NodesSpec):
                                       "each node's one task (its agent and workers); default: Slurm's (1 CPU).")
     sbatch_args: list[str] = Field(default_factory=list, max_length=64, description="More sbatch options, as on "
                                    "its command line (e.g. [--qos=debug, --constraint=cpu]).")
+    requeue: bool = Field(default=False, description="sbatch --requeue: Slurm may requeue the job (a preemption, "
+                          "the slurm-requeue fault); default --no-requeue, so a job that fails ends.")
     reach: Literal["srun"] = Field(default="srun", description="How chaos reaches an allocated node: srun (a job "
                                    "step per node, srun --overlap --jobid J -w NODE; no SSH to the nodes needed).")
     allocation_timeout_s: float = Field(default=300.0, gt=0, le=86400, description="How long the submitted job "
@@ -226,7 +228,51 @@ class SlurmBackendSpec(NodesSpec):
             if not arg.startswith("-"):
                 raise ValueError(f"sbatch_args entry {arg!r} is not an option; give options only (e.g. --qos=debug), "
                                  "chaos writes the job's script itself")
+            name = arg.split("=", 1)[0]
+            if not name.startswith("--") and name[:2] in SBATCH_OWN_SHORT:
+                name = name[:2]  # -N3, -t5
+            if name in SBATCH_OWN:
+                instead = SBATCH_OWN[name]
+                raise ValueError(f"sbatch_args entry {arg!r} sets what chaos sets itself; use {instead} (chaos names "
+                                 "the job, writes its script and chooses its nodes, tasks and output)")
+        if self.time_limit is not None and slurm_minutes(self.time_limit) is None:
+            raise ValueError(f"time_limit={self.time_limit!r} is not a Slurm time; use minutes, MM:SS, HH:MM:SS, "
+                             "D-HH, D-HH:MM or D-HH:MM:SS (or UNLIMITED)")
         return self
+
+
+# sbatch options chaos sets itself (option → the field to use instead)
+SBATCH_OWN = {"--job-name": "(none: chaos names the job chaos-<run id>)", "-J": "(none: chaos names the job)",
+              "--wrap": "(none: chaos writes the job's script)", "--nodes": "backend.nodes", "-N": "backend.nodes",
+              "--ntasks": "backend.nodes", "-n": "backend.nodes", "--ntasks-per-node": "backend.nodes",
+              "--partition": "backend.partition", "-p": "backend.partition", "--account": "backend.account",
+              "-A": "backend.account", "--time": "backend.time_limit", "-t": "backend.time_limit",
+              "--cpus-per-task": "backend.cpus_per_task", "-c": "backend.cpus_per_task",
+              "--output": "(none)", "-o": "(none)", "--error": "(none)", "-e": "(none)", "--export": "(none)",
+              "--array": "(none)", "-a": "(none)", "--requeue": "(none)", "--no-requeue": "(none)",
+              "--no-kill": "backend.min_nodes (an elastic job is submitted with --no-kill)", "-k": "backend.min_nodes",
+              "--test-only": "(none)", "--parsable": "(none)", "--wait": "(none)", "-W": "(none)"}
+SBATCH_OWN_SHORT = ("-J", "-N", "-n", "-p", "-A", "-t", "-c", "-o", "-e", "-a", "-k", "-W")  # also as -N3
+
+
+def slurm_minutes(value: str) -> float | None:
+    """A Slurm time (``--time``) in minutes; ``inf`` for UNLIMITED/INFINITE; None if it is not one. Pure."""
+    import re
+
+    v = value.strip()
+    if v.upper() in ("UNLIMITED", "INFINITE"):
+        return float("inf")
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", v)
+    if m is None:
+        return None
+    days, a, b, c = (int(x) if x is not None else None for x in m.groups())
+    if days is not None:  # D-HH[:MM[:SS]]
+        return days * 1440 + (a or 0) * 60 + (b or 0) + (c or 0) / 60
+    if b is None:  # minutes
+        return float(a or 0)
+    if c is None:  # MM:SS
+        return (a or 0) + b / 60
+    return (a or 0) * 60 + b + c / 60  # HH:MM:SS
 
 
 BackendSpec = Annotated[LocalBackendSpec | NetnsBackendSpec | DockerBackendSpec | SshBackendSpec | SlurmBackendSpec,

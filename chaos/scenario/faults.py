@@ -161,6 +161,26 @@ class SlurmSignalFault(_Model):
         return f"scancel --signal={self.signal.removeprefix('SIG')} {what} {self.trigger.describe()}"
 
 
+class SlurmRequeueFault(_Model):
+    """Preempt the job and requeue it, as Slurm does with ``PreemptMode=REQUEUE``: ``signal`` to every
+    job step, ``grace_s`` for the job to act on it (save, exit), then ``scontrol requeue``. The job
+    comes back on a new allocation (the same job id, perhaps other nodes) when Slurm starts it again;
+    chaos runs its nodes there, and the job resumes from what it saved. Needs checkpoints every node
+    reads (``backend.checkpoint_dir``): node-local ones do not follow the job. Backend ``slurm``."""
+
+    fault: Literal["slurm-requeue"]
+    signal: Literal["SIGTERM", "SIGINT"] = "SIGTERM"
+    grace_s: float = Field(default=10.0, ge=0, le=600, description="Seconds between the signal and the requeue "
+                           "(Slurm's GraceTime); the job's processes still there then are killed.")
+    begin_now: bool = Field(default=True, description="Make the requeued job eligible at once (scontrol update "
+                            "StartTime=now); false keeps Slurm's own hold on a requeued job (its BeginTime).")
+    trigger: Trigger
+
+    def describe(self) -> str:
+        return (f"preempt and requeue the Slurm job ({self.signal}, {self.grace_s:g} s grace, scontrol requeue) "
+                f"{self.trigger.describe()}")
+
+
 DiskOp = Literal["open", "create", "read", "write", "fsync", "flush", "rename", "unlink", "mkdir", "rmdir",
                  "truncate", "getattr", "readdir"]
 
@@ -209,6 +229,7 @@ class CheckpointFault(_Model):
 
 FaultSpec = Annotated[
     KillFault | GradientFault | ParameterFault | PauseFault | NodeCrashFault | NodeRestartFault | DelayFault
-    | LossFault | BandwidthFault | PartitionFault | DiskFault | CheckpointFault | SlurmDownFault | SlurmSignalFault,
+    | LossFault | BandwidthFault | PartitionFault | DiskFault | CheckpointFault | SlurmDownFault | SlurmSignalFault
+    | SlurmRequeueFault,
     Field(discriminator="fault"),
 ]

@@ -29,7 +29,7 @@ class Scenario(_Model):
     description: str = Field(default="", description="One line saying what the scenario tests (printed with the run).")
     target: TargetSpec = Field(description="The training job under test.")
     backend: BackendSpec = Field(default_factory=LocalBackendSpec, description="Where the nodes live: `kind` local "
-                                 "(the default), netns, docker or ssh, and the topology every backend shares.")
+                                 "(the default), netns, docker, ssh or slurm, and the topology every backend shares.")
     schedule: list[ScheduleItem] = Field(default_factory=list, description="The faults, each with its `trigger` (when) "
                                       "and what it hits; `fault:` names its kind. Empty: a fault-free run.")
     checks: list[CheckSpec] = Field(

@@ -59,8 +59,8 @@ class TargetShape(Topology):
 
     @property
     def has_network(self) -> bool:
-        """Each node has its own network (netns, docker or ssh), so network faults can act."""
-        return self.backend in ("netns", "docker", "ssh")
+        """Each node has its own network (netns, docker, ssh or slurm), so network faults can act."""
+        return self.backend in ("netns", "docker", "ssh", "slurm")
 
     @classmethod
     def of(cls, target: Scenario | TargetShape | str | Path) -> TargetShape:

@@ -38,7 +38,7 @@ def test_docs_listing_and_derived_tuples_come_from_the_table():
     assert {k.name: k.doc for k in kinds.KINDS} == FAULT_DOCS and all(FAULT_DOCS.values())
     assert kinds.names(network=True) == ("delay", "loss", "bandwidth", "partition")
     assert kinds.names(in_process=True) == ("gradient", "parameter")
-    assert kinds.names(kills=True) == ("kill", "node-crash", "slurm-down", "slurm-signal")
+    assert kinds.names(kills=True) == ("kill", "node-crash", "slurm-down", "slurm-signal", "slurm-requeue")
     assert set(kinds.names(disrupts=True)) == {"pause", "partition", "delay", "loss", "bandwidth", "disk"}
     assert set(kinds.names(cuts=True)) == {"pause", "partition", "loss", "delay", "bandwidth"}
     assert not set(kinds.names(kills=True)) & set(kinds.names(disrupts=True))
@@ -94,12 +94,14 @@ def test_a_plugin_row_is_read_by_name_and_by_traits(plugin_rows):
         kinds.kind("zap")
     kinds.add_plugin_kind(zap)
     assert kinds.kind("zap") is zap and kinds.row("zap") is zap
-    assert kinds.names(kills=True) == ("kill", "node-crash", "slurm-down", "slurm-signal", "zap")  # built-in first, then the plugins'
+    # built-in first, then the plugins'
+    assert kinds.names(kills=True) == ("kill", "node-crash", "slurm-down", "slurm-signal", "slurm-requeue", "zap")
     assert kinds.names(kills=True, node_level=True) == ("node-crash", "slurm-down", "zap")
     assert kinds.rows()[-1] is zap and kinds.rows()[:-1] == kinds.KINDS
     assert "zap" not in kinds.KIND_NAMES and "zap" not in kinds.explore_kinds()  # built-in only
     kinds.forget_plugin_kinds()
-    assert not kinds.row("zap").kills and kinds.names(kills=True) == ("kill", "node-crash", "slurm-down", "slurm-signal")
+    assert not kinds.row("zap").kills
+    assert kinds.names(kills=True) == ("kill", "node-crash", "slurm-down", "slurm-signal", "slurm-requeue")
 
 
 def test_row_never_raises_and_a_plugin_cannot_replace_a_built_in_row(plugin_rows):

@@ -3,6 +3,9 @@ sbatch command line and its keeper script, the allocation as ssh hosts, and the 
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from chaos import scenario_from_dict
@@ -41,6 +44,17 @@ def test_sbatch_gets_the_run_s_options_and_no_kill_only_when_elastic() -> None:
     assert "--no-kill" not in argv and "--test-only" not in argv
     elastic = sbatch_argv(spec(min_nodes=2), "r1", test_only=True)
     assert "--no-kill" in elastic and elastic[-1] == "--test-only"
+    assert "--no-requeue" in argv and "--requeue" in sbatch_argv(spec(requeue=True), "r1")  # the slurm-requeue fault
+
+
+@pytest.mark.parametrize(("fault", "extra"), [("slurm-down", {"node": 1}), ("slurm-signal", {}), ("slurm-requeue", {})])
+def test_slurm_faults_on_another_backend_are_refused_naming_the_backend(fault: str, extra: dict[str, object]) -> None:
+    data = {"name": "x", "target": {"script": __file__, "steps": 10},
+            "backend": {"kind": "netns", "nodes": 2},
+            "schedule": [{"fault": fault, "trigger": {"at_step": 5}, **extra}]}
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_dict(data)
+    assert f"schedule[0].fault='{fault}' acts through Slurm" in str(err.value) and "kind: slurm" in str(err.value)
 
 
 def test_the_keeper_cleans_the_nodes_and_ends_once_the_steps_are_gone() -> None:
@@ -76,3 +90,57 @@ def test_bad_slurm_fields_name_the_field(field: str, value: object, needle: str)
     with pytest.raises(ScenarioError) as err:
         scenario_from_dict(data)
     assert needle in str(err.value) and "backend" in str(err.value)
+
+
+def _fake_tools(tmp_path: Path, steps_for_calls: int) -> dict[str, str]:
+    """``squeue``, ``scontrol`` and ``srun`` that a keeper script calls: squeue -s lists a daemon step for
+    the first ``steps_for_calls`` calls, then only the batch step; srun logs its arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text(f"""#!/bin/bash
+n=$(cat {tmp_path}/calls 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/calls
+case "$*" in *" -s "*) echo 7.batch; [ "$n" -lt {steps_for_calls} ] && echo 7.0; exit 0;; esac
+echo 'n[0-1]'
+""")
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho n0; echo n1\n")
+    (bin_dir / "srun").write_text(f"#!/bin/bash\necho \"$*\" >> {tmp_path}/srun.log\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7"}
+
+
+def test_the_keeper_waits_for_the_steps_then_cleans_each_node_and_exits(tmp_path: Path) -> None:
+    script = keeper_script("/opt/py", "/var/tmp/chaos", quiet_s=0.3, first_step_s=30, poll_s=0.05)
+    out = subprocess.run(["bash", "-c", script], env=_fake_tools(tmp_path, steps_for_calls=10), timeout=20,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    calls = int((tmp_path / "calls").read_text())
+    assert calls >= 10 + 6  # held while the step ran, then quiet_s (0.3 s at 0.05 s a poll) before it ended
+    log = (tmp_path / "srun.log").read_text().splitlines()
+    assert [ln.split("--nodelist=")[1].split()[0] for ln in log] == ["n0", "n1"]  # one cleanup step per node
+    assert all("-m chaos.backends.ssh.hostd --cleanup --workdir /var/tmp/chaos" in ln for ln in log)
+
+
+def test_the_keeper_ends_a_job_whose_runner_never_started_a_step(tmp_path: Path) -> None:
+    script = keeper_script("/opt/py", "/w", quiet_s=100, first_step_s=0.5, poll_s=0.05)
+    out = subprocess.run(["bash", "-c", script], env=_fake_tools(tmp_path, steps_for_calls=0), timeout=20,
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and (tmp_path / "srun.log").exists(), out.stderr
+
+
+@pytest.mark.parametrize(("arg", "needle"), [("--job-name=x", "chaos names the job"), ("-N3", "backend.nodes"),
+                                             ("--time=5", "backend.time_limit"), ("--wrap=sleep 1", "script")])
+def test_sbatch_args_that_chaos_sets_itself_are_refused_naming_the_field(arg: str, needle: str) -> None:
+    with pytest.raises(ValueError, match="sets what chaos sets itself") as err:
+        spec(sbatch_args=[arg])
+    assert needle in str(err.value)
+
+
+def test_a_time_limit_shorter_than_the_deadline_is_refused_naming_both() -> None:
+    data = {"name": "x", "target": {"script": __file__, "steps": 10}, "deadline_s": 3600,
+            "backend": {"kind": "slurm", "nodes": 2, "time_limit": "30:00"}}
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_dict(data)
+    assert "backend.time_limit='30:00'" in str(err.value) and "deadline_s=3600" in str(err.value)
+    data["backend"]["time_limit"] = "2:00:00"
+    assert scenario_from_dict(data).backend.time_limit == "2:00:00"

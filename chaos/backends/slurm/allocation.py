@@ -11,7 +11,9 @@ the keeper then ends the job. A runner that ends normally cancels the job itself
 from __future__ import annotations
 
 import shlex
+import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +23,7 @@ from chaos.scenario import SlurmBackendSpec
 
 RUNNING = ("RUNNING",)
 WAITING = ("PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED")
-QUIET_S = 10  # the keeper ends the job once no step of the run has run for this long
+QUIET_S = 20  # the keeper ends the job once no step of the run has run for this long
 FIRST_STEP_S = 600  # ... or when no step came this long after the job started (a runner that died early)
 
 
@@ -29,22 +31,33 @@ def job_name(run_id: str) -> str:
     return f"chaos-{run_id}"
 
 
-def keeper_script(python: str, workdir: str) -> str:
-    """The batch script: wait while the run's steps run, then clean every node and exit."""
+def keeper_script(python: str, workdir: str, quiet_s: float = QUIET_S, first_step_s: float = FIRST_STEP_S,
+                  poll_s: float = 2.0, blind_polls: int = 30) -> str:
+    """The batch script: wait while the run's steps run; once they are gone (``quiet_s`` s without one
+    after one was seen, or none ``first_step_s`` s after the start, or ``squeue`` failing ``blind_polls``
+    times in a row) clean every node still in the job and exit."""
     cleanup = shlex.join([python, "-m", "chaos.backends.ssh.hostd", "--cleanup", "--workdir", workdir])
     return f"""#!/bin/bash
 # chaos: the keeper of this allocation. It holds the nodes while the run's job steps (one host daemon
 # per node) run, and ends the job once they are gone: the runner finished, or died.
-seen=0; quiet=0; waited=0
-while sleep 2; do
-    steps=$(squeue -h -s -j "$SLURM_JOB_ID" -o %i 2>/dev/null) || continue
+seen=0; quiet=0; waited=0; blind=0
+while sleep {poll_s:g}; do
+    waited=$(awk "BEGIN {{print $waited + {poll_s:g}}}")
+    if ! steps=$(squeue -h -s -j "$SLURM_JOB_ID" -o %i 2>/dev/null); then
+        blind=$((blind + 1))
+        if [ "$blind" -ge {blind_polls} ]; then break; fi
+        continue
+    fi
+    blind=0
     n=$(printf '%s\\n' "$steps" | grep -c -v -e '\\.batch$' -e '\\.extern$' -e '^$')
-    if [ "$n" -gt 0 ]; then seen=1; quiet=0; else quiet=$((quiet + 2)); fi
-    waited=$((waited + 2))
-    if [ "$seen" = 1 ] && [ "$quiet" -ge {QUIET_S} ]; then break; fi
-    if [ "$seen" = 0 ] && [ "$waited" -ge {FIRST_STEP_S} ]; then break; fi
+    if [ "$n" -gt 0 ]; then seen=1; quiet=0; else quiet=$(awk "BEGIN {{print $quiet + {poll_s:g}}}"); fi
+    if [ "$seen" = 1 ] && awk "BEGIN {{exit !($quiet >= {quiet_s:g})}}"; then break; fi
+    if [ "$seen" = 0 ] && awk "BEGIN {{exit !($waited >= {first_step_s:g})}}"; then break; fi
 done
-srun --overlap --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 --quiet {cleanup} >/dev/null 2>&1
+# every node still in the job (an elastic job may have lost some), one cleanup step each
+for node in $(scontrol show hostnames "$(squeue -h -j "$SLURM_JOB_ID" -o %N 2>/dev/null)" 2>/dev/null); do
+    srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" --kill-on-bad-exit=0 --quiet {cleanup} >/dev/null 2>&1
+done
 exit 0
 """
 
@@ -52,7 +65,7 @@ exit 0
 def sbatch_argv(spec: SlurmBackendSpec, run_id: str, *, test_only: bool = False) -> list[str]:
     """The ``sbatch`` command line (the script goes on stdin)."""
     argv = ["sbatch", "--parsable", f"--job-name={job_name(run_id)}", f"--nodes={spec.nodes}", "--ntasks-per-node=1",
-            "--output=/dev/null", "--no-requeue"]
+            "--output=/dev/null", "--requeue" if spec.requeue else "--no-requeue"]
     if spec.cpus_per_task:
         argv.append(f"--cpus-per-task={spec.cpus_per_task}")
     for opt, value in (("partition", spec.partition), ("account", spec.account), ("time", spec.time_limit)):
@@ -81,18 +94,34 @@ class Allocation:
                 "submitted_t": self.submitted_t, "running_t": self.running_t}
 
 
-def submit(spec: SlurmBackendSpec, run_id: str, python: str) -> Allocation:
-    """``sbatch`` the keeper; the job (not yet running). Raises :class:`~chaos.errors.ChaosError` with
-    sbatch's reason."""
-    out = commands.run(*sbatch_argv(spec, run_id), stdin=keeper_script(python, spec.workdir))
-    job_id = out.stdout.strip().split(";")[0]
+def submit(spec: SlurmBackendSpec, run_id: str, python: str, on_id: Callable[[Allocation], None]) -> Allocation:
+    """``sbatch`` the keeper; the job (not yet running), also handed to ``on_id`` as soon as Slurm has
+    it: an interrupt (Ctrl-C) while ``sbatch`` runs waits for its answer first, so a job Slurm accepted
+    is always known and cancelled. Raises :class:`~chaos.errors.ChaosError` with sbatch's reason."""
+    proc = subprocess.Popen(sbatch_argv(spec, run_id), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=commands.slurm_env(), start_new_session=True)
+    script = keeper_script(python, spec.workdir)
+    try:
+        out, err = proc.communicate(script, timeout=commands.TIMEOUT_S)
+    except BaseException:
+        out, err = proc.communicate(timeout=commands.TIMEOUT_S)  # sbatch ends its submit on its own
+        job_id = out.strip().split(";")[0]
+        if job_id.isdigit():
+            on_id(Allocation(job_id, submitted_t=time.time()))
+        raise
+    if proc.returncode != 0:
+        raise ChaosError(f"slurm: sbatch refused the job: {err.strip()[-500:]}")
+    job_id = out.strip().split(";")[0]
     if not job_id.isdigit():
-        raise ChaosError(f"slurm: sbatch gave no job id ({out.stdout.strip()[:200]!r})")
-    return Allocation(job_id, submitted_t=time.time())
+        raise ChaosError(f"slurm: sbatch gave no job id ({out.strip()[:200]!r})")
+    alloc = Allocation(job_id, submitted_t=time.time())
+    on_id(alloc)
+    return alloc
 
 
 def state(job_id: str) -> tuple[str, str, str]:
-    """(state, reason, node list) of the job; state ``GONE`` once the controller has forgotten it."""
+    """(state, reason, node list) of the job; state ``GONE`` once the controller has forgotten it.
+    Raises :class:`~chaos.errors.ChaosError` when the controller cannot be asked."""
     out = commands.run("squeue", "-h", "-j", job_id, "-o", "%T|%r|%N", check=False)
     line = out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else ""
     if line.count("|") == 2:
@@ -104,26 +133,73 @@ def state(job_id: str) -> tuple[str, str, str]:
     return rec.get("JobState", "UNKNOWN"), rec.get("Reason", ""), rec.get("NodeList", "")
 
 
-def wait_running(alloc: Allocation, timeout_s: float, poll_s: float = 0.3) -> Allocation:
-    """Wait until the job runs; fill in its nodes. Raises :class:`~chaos.errors.ChaosError` if it ends
-    first or is still pending after ``timeout_s`` s (saying Slurm's reason)."""
+def _state_or_none(job_id: str) -> tuple[str, str, str] | None:
+    try:
+        return state(job_id)
+    except ChaosError:
+        return None  # the controller did not answer this time (a failover): not the job's end
+
+
+# Slurm's pending reasons that a field of the scenario can fix (else: the cluster is busy)
+REASON_FIX = {"PartitionTimeLimit": "backend.time_limit is above the partition's MaxTime: lower it",
+              "PartitionNodeLimit": "backend.nodes is above the partition's node limit: lower it",
+              "AssocGrp": "your account's limits hold the job: check backend.account",
+              "AssocMax": "your account's limits hold the job: check backend.account",
+              "QOS": "a QOS limit holds the job: check the --qos of backend.sbatch_args",
+              "ReqNodeNotAvail": "the nodes it needs are down or reserved: see sinfo, or another backend.partition",
+              "JobHeld": "the job is held (scontrol release); check backend.sbatch_args"}
+
+
+def _fix_for(reason: str) -> str:
+    fix = next((f for key, f in REASON_FIX.items() if reason.startswith(key)), None)
+    return fix or ("the cluster has no free nodes for it now: raise backend.allocation_timeout_s, or ask for fewer "
+                   "nodes or another partition")
+
+
+def wait_running(alloc: Allocation, timeout_s: float, poll_s: float = 0.3,
+                 waiting: tuple[str, ...] = WAITING) -> Allocation:
+    """Wait until the job runs; fill in its nodes (``NodeAddr`` resolved to an IPv4 address here, as the
+    agents bind and gloo picks its interface by address). Raises :class:`~chaos.errors.ChaosError` if
+    it ends first or is still pending after ``timeout_s`` s (saying Slurm's reason and the fix)."""
     deadline = time.monotonic() + timeout_s
+    st, reason, nodelist = "UNKNOWN", "the controller does not answer", ""
     while True:
-        st, reason, nodelist = state(alloc.job_id)
-        if st in RUNNING and nodelist and nodelist != "(null)":
-            break
-        if st not in WAITING and st not in RUNNING:
-            raise ChaosError(f"slurm: job {alloc.job_id} ended before it ran ({st}{', ' + reason if reason else ''})")
+        now = _state_or_none(alloc.job_id)  # None: no answer this time (a failover), not the job's end
+        if now is not None:
+            st, reason, nodelist = now
+            if st in RUNNING and nodelist and nodelist != "(null)":
+                break
+            if st not in waiting and st not in RUNNING:
+                raise ChaosError(f"slurm: job {alloc.job_id} ended before it ran ({st}"
+                                 f"{', ' + reason if reason else ''})")
         if time.monotonic() > deadline:
             raise ChaosError(f"slurm: job {alloc.job_id} is still {st} after {timeout_s:g} s (reason: {reason or '?'}); "
-                             "the cluster has no free nodes for it now: raise backend.allocation_timeout_s, or ask for "
-                             "fewer nodes or another partition")
+                             f"{_fix_for(reason)}")
         time.sleep(poll_s)
     alloc.running_t = time.time()
     alloc.names = commands.hostnames(nodelist)
     records = {r.get("NodeName"): r for r in commands.nodes(nodelist)}
-    alloc.addresses = [records.get(n, {}).get("NodeAddr") or n for n in alloc.names]
+    alloc.addresses = [ipv4(records.get(n, {}).get("NodeAddr") or n) for n in alloc.names]
     return alloc
+
+
+def ipv4(address: str) -> str:
+    """``address`` if it is an IPv4 address, else what this machine resolves it to (a node's
+    ``NodeAddr`` is its hostname by default). Raises :class:`~chaos.errors.ChaosError` if it does not resolve."""
+    import ipaddress
+    import socket
+
+    try:
+        ipaddress.IPv4Address(address)
+        return address
+    except ValueError:
+        pass
+    try:
+        return str(socket.getaddrinfo(address, None, socket.AF_INET)[0][4][0])
+    except OSError as exc:
+        raise ChaosError(f"slurm: the node address {address!r} (its NodeAddr) does not resolve here ({exc}); chaos "
+                         "reaches the nodes and gives torchrun their addresses: fix the name service, or set "
+                         "NodeAddr in slurm.conf") from exc
 
 
 def wait_steps_gone(job_id: str, timeout_s: float) -> list[str]:
@@ -139,13 +215,16 @@ def wait_steps_gone(job_id: str, timeout_s: float) -> list[str]:
 
 
 def cancel(alloc: Allocation, wait_s: float = 30.0) -> str:
-    """``scancel`` the job and wait until it is no longer running; its last state."""
+    """``scancel`` the job and wait until it is no longer running; its last state (``UNKNOWN`` if the
+    controller never answered: then it may still run)."""
     commands.cancel(alloc.job_id)
     deadline = time.monotonic() + wait_s
-    st = "?"
+    st = "UNKNOWN"
     while time.monotonic() < deadline:
-        st, _, _ = state(alloc.job_id)
-        if st not in RUNNING and st not in WAITING and st != "COMPLETING":
-            return st
+        now = _state_or_none(alloc.job_id)
+        if now is not None:
+            st = now[0]
+            if st not in RUNNING and st not in WAITING and st != "COMPLETING":
+                return st
         time.sleep(0.3)
     return st

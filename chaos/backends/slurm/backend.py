@@ -17,12 +17,20 @@ controller, an unknown partition or more nodes than it has are exit 2 naming the
 runs, each node is checked as an ``ssh`` host is (the interpreter, torch, chaos, the script).
 
 Teardown ends the daemons' sessions (each undoes the run on its node), then cancels the job and
-waits until Slurm has ended it. An interrupted run does the same.
+waits until Slurm has ended it; a node the run lost is cleaned with a short job of its own. An
+interrupted run does the same.
+
+Slurm's own faults act through :meth:`SlurmBackend.set_node_down`, :meth:`~SlurmBackend.signal_steps`
+and :meth:`~SlurmBackend.requeue` / :meth:`~SlurmBackend.relaunch`: a requeued job is the same job id
+on a new allocation (an *incarnation*, counted from 0 in each ``slurm_allocation`` event); chaos
+starts its nodes there as at the start, and the journal goes on as one history.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -40,7 +48,9 @@ from chaos.errors import CapabilityError, ChaosError
 from chaos.history import RunnerLog
 from chaos.scenario import SlurmBackendSpec, SshBackendSpec
 
-SLURM_ONLY = ("partition", "account", "time_limit", "cpus_per_task", "sbatch_args", "reach", "allocation_timeout_s")
+REQUEUE_SETTLE_S = 60.0  # how long a requeued job may take to be pending again
+SLURM_ONLY = ("partition", "account", "time_limit", "cpus_per_task", "sbatch_args", "reach", "allocation_timeout_s",
+              "requeue")
 
 
 def as_hosts(spec: SlurmBackendSpec, addresses: list[str]) -> SshBackendSpec:
@@ -102,7 +112,11 @@ class SlurmBackend(SshBackend):
         self.slurm = spec
         self.allocation: Allocation | None = None
         self._cancelled = False
+        self._submitting = False  # sbatch was started (a job may exist before its id is known)
         self._downed: set[int] = set()  # nodes a fault set DOWN (their daemons died with their steps)
+        self.incarnation = 0  # how many times the job was requeued (each time: a new allocation)
+        self._requeued = False  # requeued, not yet running again: the run waits for it
+        self._begin_now = True
 
     def preflight(self, script: str | None = None) -> None:
         """:func:`preflight_slurm`; the nodes themselves are checked once the job runs."""
@@ -111,6 +125,13 @@ class SlurmBackend(SshBackend):
     def fuse_status(self) -> tuple[bool, str]:
         return False, ("disk faults are not yet supported on backend slurm (the FUSE mount on each allocated node); "
                        "use backend ssh or netns for them")
+
+    def _submitted(self, alloc: Allocation) -> None:
+        """The job is Slurm's now: recorded (manifest, journal) before anything else can happen."""
+        self.allocation = alloc
+        self.manifest.add("slurm_job", job_id=alloc.job_id, name=alloc_mod.job_name(self.run_id))
+        self.log.record("slurm_submit", job_id=alloc.job_id, name=alloc_mod.job_name(self.run_id),
+                        partition=self.slurm.partition, nodes=self.slurm.nodes)
 
     def _link(self, node: int) -> HostLink:
         assert self.allocation is not None
@@ -121,15 +142,14 @@ class SlurmBackend(SshBackend):
         """Submit the allocation, wait until it runs, check its nodes, then start as the ``ssh`` backend
         does. Raises :class:`~chaos.errors.ChaosError` (a node that cannot run the job:
         :class:`~chaos.errors.CapabilityError`); whatever was started is left for :meth:`teardown`."""
-        self.allocation = alloc_mod.submit(self.slurm, self.run_id, self.python)
-        self.manifest.add("slurm_job", job_id=self.allocation.job_id, name=alloc_mod.job_name(self.run_id))
-        self.log.record("slurm_submit", job_id=self.allocation.job_id, name=alloc_mod.job_name(self.run_id),
-                        partition=self.slurm.partition, nodes=self.slurm.nodes)
-        alloc_mod.wait_running(self.allocation, self.slurm.allocation_timeout_s)
+        self._submitting = True
+        alloc = alloc_mod.submit(self.slurm, self.run_id, self.python, self._submitted)
+        alloc_mod.wait_running(alloc, self.slurm.allocation_timeout_s)
+        self.allocation = alloc
         if len(self.allocation.names) != self.nodes:
             raise ChaosError(f"slurm: job {self.allocation.job_id} got {len(self.allocation.names)} node(s), not "
                              f"{self.nodes}: {self.allocation.names}")
-        self.log.record("slurm_allocation", **self.allocation.as_dict(),
+        self.log.record("slurm_allocation", **self.allocation.as_dict(), incarnation=0,
                         wait_s=round((self.allocation.running_t or 0) - self.allocation.submitted_t, 3))
         self.spec = as_hosts(self.slurm, self.allocation.addresses)
         script = launch.script
@@ -137,6 +157,17 @@ class SlurmBackend(SshBackend):
             for fut in [pool.submit(check_link, self._link(n), self.python, script, "slurm") for n in range(self.nodes)]:
                 fut.result()
         super().start(launch)
+
+    def _on_push(self, node: int, msg: dict[str, Any]) -> None:
+        """The ``ssh`` backend's, and for a node whose step ended under the run, what Slurm says of the
+        job then (``slurm_job_state``): a job Slurm ended (time limit, preemption, an admin) reads
+        differently from a node the schedule took away."""
+        super()._on_push(node, msg)
+        if msg.get("push") == "lost" and self.allocation is not None and not self._cancelled:
+            now = alloc_mod._state_or_none(self.allocation.job_id)
+            self.log.record("slurm_job_state", node=node, job_id=self.allocation.job_id,
+                            state=now[0] if now else "UNKNOWN", reason=now[1] if now else "the controller did not answer",
+                            nodes=now[2] if now else "")
 
     # -- Slurm's own faults (chaos.faults.slurm) ---------------------------------------------------------
     def node_name(self, node: int) -> str:
@@ -182,15 +213,98 @@ class SlurmBackend(SshBackend):
         return {"node": node, "target": target, "job_id": self.allocation.job_id, "scancel_rc": done.returncode,
                 **({"scancel_said": done.stderr.strip()[-300:]} if done.returncode else {})}
 
+    def running(self) -> bool:
+        return self._requeued or super().running()
+
+    def requeue(self, signame: str, grace_s: float, begin_now: bool) -> dict[str, Any]:
+        """Preempt the job as Slurm does (``PreemptMode=REQUEUE``): ``scancel --signal`` every step,
+        wait up to ``grace_s`` s for the agents to exit, end the daemons' sessions (each undoes its node,
+        killing what is left, as Slurm's SIGKILL after the grace would), then ``scontrol requeue``
+        (and ``StartTime=now`` with ``begin_now``). :meth:`relaunch` brings the nodes back."""
+        assert self.allocation is not None
+        job = self.allocation.job_id
+        t0 = time.monotonic()
+        sent = commands.cancel(job, signal=signame.removeprefix("SIG"))
+        deadline = t0 + grace_s
+        with self._exited:
+            while any(p is not None for p in self._agent.values()) and deadline > time.monotonic():
+                self._exited.wait(min(deadline - time.monotonic(), 0.1))
+        still = sorted(n for n, p in self._agent.items() if p is not None)
+        waited = time.monotonic() - t0
+        self._end_sessions(final=False)
+        commands.run("scontrol", "requeue", job)  # (refused: the sessions are ended all the same, the run ends)
+        self._requeued = True
+        self._begin_now = begin_now
+        self.incarnation += 1
+        return {"job_id": job, "incarnation": self.incarnation, "nodes_before": list(self.allocation.names),
+                "agents_stopped": list(range(self.nodes)), "still_running_after_grace": still,
+                "grace_used_s": round(waited, 3), "scancel_rc": sent.returncode}
+
+    def relaunch(self) -> dict[str, Any]:
+        """Wait until Slurm runs the requeued job again, then start every node on its new allocation as
+        :meth:`start` does (daemons, clocks, agents). Raises :class:`~chaos.errors.ChaosError` if it
+        does not run within ``backend.allocation_timeout_s``."""
+        assert self.allocation is not None and self.launch is not None
+        try:
+            return self._relaunch(self.allocation, self.launch)
+        finally:
+            self._requeued = False  # back, or given up on: the run goes on with what runs
+
+    def _relaunch(self, alloc: Allocation, launch: LaunchSpec) -> dict[str, Any]:
+        requeued_t = time.time()
+        # Between the requeue and the job pending again, squeue may say COMPLETING, REQUEUED or even
+        # FAILED (the killed batch script's exit, before the requeue is through): wait that out
+        deadline = time.monotonic() + REQUEUE_SETTLE_S
+        while time.monotonic() < deadline:
+            now = alloc_mod._state_or_none(alloc.job_id)
+            if now is not None and now[0] in ("PENDING", "CONFIGURING", "RUNNING"):
+                if now[0] == "PENDING" and self._begin_now:  # Slurm holds a requeued job (BeginTime): lift it
+                    commands.run("scontrol", "update", f"JobId={alloc.job_id}", "StartTime=now", check=False)
+                break
+            time.sleep(0.3)
+        alloc_mod.wait_running(alloc, self.slurm.allocation_timeout_s, waiting=(*alloc_mod.WAITING, "COMPLETING"))
+        self.log.record("slurm_allocation", **alloc.as_dict(), incarnation=self.incarnation,
+                        wait_s=round((alloc.running_t or 0) - requeued_t, 3))
+        self.spec = as_hosts(self.slurm, alloc.addresses)
+        self.links, self.hello, self.offsets, self.iface = {}, {}, {}, {}
+        self._agent, self._log_offsets, self._connected = {}, {}, False
+        with ThreadPoolExecutor(max_workers=self.nodes) as pool:
+            for fut in [pool.submit(check_link, self._link(n), self.python, launch.script, "slurm")
+                        for n in range(self.nodes)]:
+                fut.result()
+
+        def republish() -> None:  # the gates already opened stay open on the new nodes (fresh run directories)
+            for link in self.links.values():
+                for name in self.published:
+                    link.call("write", path=f"control/{name}", data="")
+
+        self.on_connected(republish)
+        try:
+            SshBackend.start(self, launch)
+        finally:
+            self._on_connected.remove(republish)
+        return {"job_id": alloc.job_id, "incarnation": self.incarnation, "nodes": list(alloc.names)}
+
     def teardown(self) -> None:
         """The ``ssh`` backend's teardown (each daemon undoes the run on its node), then ``scancel`` the
         job and wait until Slurm has ended it, then clean the nodes the run lost (a node set DOWN: its
         daemon was killed with its step) with a short job of their own. Idempotent; never raises."""
         lost = sorted(n for n in range(self.nodes) if n in self._downed or self._lost_link(n))
-        super().teardown()
-        if self.allocation is None or self._cancelled:
+        try:
+            super().teardown()
+        except Exception as exc:  # (a full disk): the job is cancelled all the same
+            self.log.record("teardown_error", error=f"{type(exc).__name__}: {exc}"[:500])
+        if self._cancelled:
             return
         self._cancelled = True
+        if self.allocation is None:
+            if self._submitting:  # sbatch died before it said the id: cancel by the run's unique name
+                with contextlib.suppress(ChaosError, OSError):
+                    import pwd
+
+                    commands.run("scancel", f"--name={alloc_mod.job_name(self.run_id)}",
+                                 f"--user={pwd.getpwuid(os.geteuid()).pw_name}", check=False)
+            return
         self._end_job()
         if lost:
             left = alloc_mod.wait_steps_gone(self.allocation.job_id, 30.0)
@@ -243,11 +357,11 @@ class SlurmBackend(SshBackend):
         assert self.allocation is not None
         try:
             last = alloc_mod.cancel(self.allocation)
-        except ChaosError as exc:
+        except (ChaosError, OSError) as exc:
             self.log.record("teardown_error", error=str(exc)[:500], job_id=self.allocation.job_id)
             return
         self.log.record("slurm_job_end", job_id=self.allocation.job_id, state=last)
-        if last in alloc_mod.RUNNING or last in alloc_mod.WAITING:
+        if last in alloc_mod.RUNNING or last in alloc_mod.WAITING or last == "UNKNOWN":
             self.log.record("teardown_error", job_id=self.allocation.job_id,
                             error=f"slurm job {self.allocation.job_id} is still {last} after scancel")
             return

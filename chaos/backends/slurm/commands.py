@@ -51,13 +51,15 @@ def run(*argv: str, timeout: float = TIMEOUT_S, stdin: str | None = None, check:
 
 
 def ping() -> str | None:
-    """None if the controller answers ``scontrol ping``, else what it said."""
+    """None if a controller answers ``scontrol ping`` (the primary, or a backup that took over), else
+    what it said."""
     try:
         out = run("scontrol", "ping", check=False, timeout=20)
     except ChaosError as exc:
         return str(exc)
     text = (out.stdout + out.stderr).strip()
-    return None if out.returncode == 0 and "UP" in text and "DOWN" not in text else (text or f"exit {out.returncode}")
+    up = out.returncode == 0 and any(line.rstrip().endswith("is UP") for line in text.splitlines())
+    return None if up else (text or f"exit {out.returncode}")
 
 
 def parse_record(line: str) -> dict[str, str]:
@@ -105,10 +107,16 @@ def node_usable(record: dict[str, str]) -> bool:
 
 
 def job(job_id: str) -> dict[str, str] | None:
-    """``scontrol show -o job J``, or None once the controller has forgotten it."""
+    """``scontrol show -o job J``, or None once the controller has forgotten it. Raises
+    :class:`~chaos.errors.ChaosError` when the controller cannot be asked (a timeout, a failover):
+    that is not the job's end."""
     out = run("scontrol", "show", "-o", "job", job_id, check=False)
+    if out.returncode != 0:
+        if "Invalid job id" in out.stderr:
+            return None
+        raise ChaosError(f"slurm: cannot ask about job {job_id}: {out.stderr.strip()[-300:] or f'exit {out.returncode}'}")
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("JobId=")), None)
-    return parse_record(line) if out.returncode == 0 and line else None
+    return parse_record(line) if line else None
 
 
 def cancel(job_id: str, *, signal: str | None = None, full: bool = False) -> Any:

@@ -77,7 +77,7 @@ class SlurmLab:
         self.bridge = f"chub{self.token}"
         self.chain = f"CHAOS-LAB-{self.token}"
         self.workdir = f"/srv/chaos-slurmlab-{self.token}"
-        self.dir = Path(tempfile.mkdtemp(prefix=f"chaos-slurmlab-{self.token}-"))
+        self.dir = Path(tempfile.gettempdir()) / f"chaos-slurmlab-{self.token}"  # made by start()
         self.conf = self.dir / "slurm.conf"
         self.addresses: list[str] = []
         self.controller_address = ""
@@ -121,7 +121,7 @@ class SlurmLab:
         log.close()
 
     def _make(self) -> None:
-        self.dir.chmod(0o700)
+        self.dir.mkdir(mode=0o700)
         for sub in ("state", "munge", "spool"):
             (self.dir / sub).mkdir(mode=0o700)
         used = [ipaddress.ip_address(a) for a in _host_addresses()]
@@ -280,19 +280,24 @@ class SlurmLab:
                         os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         self._procs.clear()
+        quiet = contextlib.suppress(ChaosError, OSError, subprocess.SubprocessError)  # stop() never raises
         for i, ns in enumerate(self._namespaces):
-            _run("ip", "link", "del", f"chuv{self.token}{i}", check=False)
-            _run("ip", "netns", "del", ns, check=False)
+            with quiet:
+                _run("ip", "link", "del", f"chuv{self.token}{i}", check=False)
+            with quiet:
+                _run("ip", "netns", "del", ns, check=False)
         self._namespaces.clear()
-        _run("ip", "link", "del", self.bridge, check=False)
+        with quiet:
+            _run("ip", "link", "del", self.bridge, check=False)
         if self._chain_installed:
             from chaos.net.iptables import remove_chain
 
-            with contextlib.suppress(ChaosError):
+            with quiet:
                 remove_chain(_here(), self.chain, hooks=("FORWARD",))
             self._chain_installed = False
-        if os.path.isdir(self.workdir):
-            os.rmdir(self.workdir)
+        with quiet:
+            if os.path.isdir(self.workdir):
+                os.rmdir(self.workdir)
         shutil.rmtree(self.dir, ignore_errors=True)
         if self._subnet is not None:
             self._subnet.release()

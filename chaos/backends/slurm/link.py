@@ -5,7 +5,9 @@ forwarded by ``srun``. No SSH to the nodes is needed, only what any job's ``srun
 The daemon's protocol is the ``ssh`` backend's (:mod:`chaos.backends.ssh.hostd`); this class is a
 :class:`~chaos.backends.ssh.link.HostLink` whose channel is the ``srun`` process's pipes. Closing its
 stdin ends the daemon's session (``srun`` forwards the end of input), and the daemon undoes the run on
-its node. If ``srun`` itself dies (the runner was SIGKILLed), Slurm kills the step.
+its node. ``srun`` runs in a session of its own, so a SIGKILL of the runner leaves it: its stdin then
+closes with the runner, and the daemon undoes the run just the same. If the job ends under it (a node
+set DOWN, the time limit), the daemon sees that by itself (:mod:`chaos.backends.slurm.hostd_slurm`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from chaos.backends.slurm.commands import slurm_env
 from chaos.backends.ssh.link import HostLink, Push
-from chaos.errors import ChaosError
+from chaos.errors import CapabilityError, ChaosError
 
 STEP_NAME = "chaos-hostd"  # the name of every job step chaos runs on a node (squeue -s shows it)
 
@@ -30,7 +32,8 @@ class _Pipes:
         self.proc = proc
         self._err = bytearray()
         self._err_lock = threading.Lock()
-        threading.Thread(target=self._drain_stderr, daemon=True).start()
+        self.drain = threading.Thread(target=self._drain_stderr, daemon=True)
+        self.drain.start()
 
     def _drain_stderr(self) -> None:
         stderr = self.proc.stderr
@@ -68,6 +71,24 @@ class _Pipes:
         return data
 
 
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    """End an ``srun`` (its session): SIGTERM (srun cancels its step), SIGKILL 5 s later; reaped."""
+    for sig in (15, 9):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=5.0)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 class StepLink(HostLink):
     """The node ``node_name`` of job ``job_id``, reached through ``srun``; ``address`` is its ``NodeAddr``."""
 
@@ -92,13 +113,23 @@ class StepLink(HostLink):
         return self  # each step is its own connection
 
     def run(self, argv: list[str], timeout_s: float = 60.0) -> tuple[int, str, str]:
+        """Run ``argv`` as a one-task step on the node; (exit status, stdout, stderr). Raises
+        :class:`~chaos.errors.CapabilityError` if Slurm would not run the step (srun's own error), and
+        :class:`~chaos.errors.ChaosError` if it did not end within ``timeout_s`` s (it is stopped)."""
+        proc = subprocess.Popen(self.srun(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=slurm_env(), stdin=subprocess.DEVNULL, start_new_session=True)
         try:
-            out = subprocess.run(self.srun(argv), capture_output=True, text=True, timeout=timeout_s, env=slurm_env(),
-                                 stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ChaosError(f"node {self.name}: `{' '.join(argv)[:200]}` as a step of job {self.job_id} failed: "
-                             f"{exc}") from exc
-        return out.returncode, out.stdout, out.stderr
+            out, err = proc.communicate(timeout=timeout_s)
+        except BaseException as exc:
+            _stop(proc)  # SIGTERM first: srun then cancels its step (a SIGKILL would leave the step running)
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise ChaosError(f"node {self.name}: `{' '.join(argv)[:200]}` as a step of job {self.job_id} did "
+                                 f"not end in {timeout_s:g} s") from exc
+            raise
+        if proc.returncode != 0 and "srun: error" in err:
+            raise CapabilityError("slurm", f"node {self.name}: Slurm would not run a step of job {self.job_id} "
+                                  f"there ({err.strip()[-300:]}); see `chaos doctor --slurm`")
+        return proc.returncode, out, err
 
     def start_daemon(self, argv: list[str], on_push: Push) -> None:
         self.on_push = on_push
@@ -114,17 +145,18 @@ class StepLink(HostLink):
     def close(self, wait_s: float = 15.0) -> None:
         """End the daemon's session (stdin closed; waited for up to ``wait_s`` s), then ``srun``
         (SIGTERM, SIGKILL 5 s later) if it is still there. Idempotent; never raises."""
+        pipes = self._channel
         super().close(wait_s)
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            for sig, wait in ((15, 5.0), (9, 5.0)):
-                try:
-                    os.killpg(proc.pid, sig)
-                    proc.wait(timeout=wait)
-                    break
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    continue
-        for stream in (proc.stdout, proc.stderr) if proc is not None else ():
+        if proc is None:
+            return
+        if proc.poll() is None:
+            _stop(proc)
+        if isinstance(pipes, _Pipes):
+            pipes.drain.join(timeout=2)  # stderr ends with srun: nothing reads the pipes after this
+        if self._reader is not None:
+            self._reader.join(timeout=2)
+        for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 try:
                     stream.close()

@@ -140,6 +140,7 @@ class SshBackend:
         self._on_connected: list[Any] = []  # what waits for the daemons, to be done before the agents start
         self._connected = False
         self._after_stop: list[Any] = []  # what teardown does once the job is stopped, before the sessions end
+        self.published: list[str] = []  # control files published so far (gates' go-files), in order
 
     # -- before anything starts ----------------------------------------------------------------------
     def preflight(self, script: str | None = None) -> None:
@@ -444,6 +445,7 @@ class SshBackend:
                     raise  # a live host that cannot write its gate's go-file
                 # a host lost meanwhile (host_lost): no rank waits there any more
 
+        self.published.append(name)
         live = [link for link in self.links.values() if not link.closed.is_set()]
         with ThreadPoolExecutor(max_workers=max(1, len(live))) as pool:
             list(pool.map(write, live))
@@ -520,6 +522,17 @@ class SshBackend:
         run's id; then what waits for that (:meth:`after_job_stopped`); then on every host copy
         its agent log, measure the clock again, remove the host's run directory, and end
         the daemon's session (it undoes any chain or qdisc left). Idempotent; never raises."""
+        self._end_sessions(final=True)
+        with self._write:
+            self._closing = True
+            for f in self._files.values():
+                f.close()
+            self._files.clear()
+
+    def _end_sessions(self, final: bool) -> None:
+        """What :meth:`teardown` does on the hosts. ``final`` False (the slurm backend's requeue: the
+        run goes on elsewhere): the shared checkpoint directory and the :meth:`after_job_stopped` hooks
+        are kept, and the agents' exits are left for :meth:`poll`."""
         def stop(node: int) -> None:
             link = self.links[node]
             try:
@@ -537,7 +550,7 @@ class SshBackend:
                     self._sync_logs(node)
                     self.offsets[node] = measure(lambda: float(link.call("time")), samples=5)
                     link.call("remove_run_dir")
-                    if node == self.spec.rdzv_node and self.spec.checkpoint_dir is not None:
+                    if final and node == self.spec.rdzv_node and self.spec.checkpoint_dir is not None:
                         link.call("shared_dir", root=self.spec.checkpoint_dir, remove=True)
             except ChaosError as exc:
                 self.log.record("teardown_error", node=node, host=link.name, error=str(exc)[:500])
@@ -548,7 +561,7 @@ class SshBackend:
             return
         with ThreadPoolExecutor(max_workers=len(self.links)) as pool:
             list(pool.map(stop, list(self.links)))
-        hooks, self._after_stop = self._after_stop, []
+        hooks, self._after_stop = (self._after_stop, []) if final else ([], self._after_stop)
         for fn in hooks:  # the job is stopped, the sessions still up: what must be read or undone on the hosts
             try:
                 fn()
@@ -556,14 +569,10 @@ class SshBackend:
                 self.log.record("teardown_error", error=f"{type(exc).__name__}: {exc}"[:500])
         with ThreadPoolExecutor(max_workers=len(self.links)) as pool:
             list(pool.map(one, list(self.links)))
-        self.poll()
+        if final:
+            self.poll()
         if self.offsets:
             self._record_offsets("end")
-        with self._write:
-            self._closing = True
-            for f in self._files.values():
-                f.close()
-            self._files.clear()
         for node, link in list(self.links.items()):
             self.manifest.release("remote_host", node=node, address=link.address, port=link.port, user=link.user,
                                   workdir=self.spec.workdir)
