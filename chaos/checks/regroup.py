@@ -2,9 +2,9 @@
 a bound and train on from a checkpoint; when the node returns, the world size grows back.
 
 World sizes come from the workers' ``start`` events (each worker reports the world it joined).
-A node is *lost* by a ``node-crash`` fault, a ``slurm-down`` (Slurm kills its job step), a kill of its agent,
-or a ``partition`` that cuts it
-off from the rendezvous host; it *returns* by a ``node-restart`` fault, the heal of a
+A node is *lost* by a fault that takes its node away whole (``node-crash``; ``slurm-down``, where Slurm
+kills its job step), a kill of its agent, or a ``partition`` that cuts it off from the rendezvous
+host; it *returns* by a ``node-restart`` fault, the heal of a
 ``node-crash`` with ``restart_after_s``, or the partition's heal. Losing the node that
 hosts the c10d rendezvous store kills torchrun jobs (pytorch/pytorch#67742, #150916); the verdict
 says so when that is what happened.

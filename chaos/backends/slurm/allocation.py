@@ -4,8 +4,9 @@ chaos submits one batch job of ``nodes`` nodes, one task per node (``sbatch``). 
 the allocation's keeper (:func:`keeper_script`): it holds the nodes while the run's steps (a host
 daemon per node) run, and ends the job by itself once they are gone, after undoing what a dead run
 left on every node (``python -m chaos.backends.ssh.hostd --cleanup``). So a runner that dies, even by
-SIGKILL, does not hold the nodes until the time limit: Slurm kills a step whose ``srun`` is gone, and
-the keeper then ends the job. A runner that ends normally cancels the job itself (``scancel``).
+SIGKILL, does not hold the nodes until the time limit: each ``srun`` (in a session of its own) sees its
+stdin close with the runner, so each daemon undoes its node and its step ends, and the keeper then
+ends the job. A runner that ends normally cancels the job itself (``scancel``).
 """
 
 from __future__ import annotations
