@@ -67,6 +67,8 @@ KINDS: tuple[Kind, ...] = (
          explore_order=3, disrupts=True, heals=True, needs_checkpoints=True),
     Kind("slurm-down", "set an allocated node DOWN in Slurm (scontrol update): its job steps are killed; "
          "backend slurm", kills=True, node_level=True),
+    Kind("slurm-drain", "drain an allocated node in Slurm (scontrol update State=DRAIN): what runs goes on, the "
+         "node takes no new job; backend slurm", node_level=True),
     Kind("slurm-signal", "signal a node's job step or every step of the job through Slurm (scancel --signal), as "
          "at a time limit or a preemption; backend slurm", kills=True),
     Kind("slurm-requeue", "preempt the Slurm job (a signal, a grace period) and requeue it: it comes back on a new "

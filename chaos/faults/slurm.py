@@ -12,7 +12,7 @@ from typing import Any
 
 from chaos.errors import CapabilityError, ChaosError
 from chaos.faults.base import FaultEnv, SpecFault
-from chaos.scenario import SlurmDownFault, SlurmRequeueFault, SlurmSignalFault
+from chaos.scenario import SlurmDownFault, SlurmDrainFault, SlurmRequeueFault, SlurmSignalFault
 
 
 def _slurm(env: FaultEnv, fault: str) -> Any:
@@ -23,42 +23,56 @@ def _slurm(env: FaultEnv, fault: str) -> Any:
     return backend
 
 
-class SlurmDown(SpecFault):
-    """Set ``spec.node`` DOWN (``scontrol update NodeName=<node> State=DOWN Reason=...``). Instant for
-    the job (its steps there are killed); at the end of the run the node is given back to Slurm
-    (``State=RESUME``) if it is still DOWN, so the cluster is left as it was."""
+class _NodeState(SpecFault):
+    """Set ``spec.node`` to :attr:`STATE` in Slurm (``scontrol update NodeName=<node> State=... Reason=...``).
+    The fault stays in force until the end of the run, when the node is given back to Slurm
+    (``State=RESUME``) if it is still DOWN or DRAINED, so the cluster is left as it was."""
 
-    spec: SlurmDownFault
+    STATE = ""
+    instant = False
     heal_at_end = True
 
-    def __init__(self, spec: SlurmDownFault, fault_id: str) -> None:
+    def __init__(self, spec: Any, fault_id: str) -> None:
         super().__init__(spec, fault_id)
-        self.spec = spec
-        self._downed: str | None = None
+        self._changed: str | None = None  # the Slurm node name, once changed
 
     def preflight(self, env: FaultEnv) -> None:
-        _slurm(env, "slurm-down")
-
-    def ranks(self, env: FaultEnv) -> set[int] | None:
-        return set(env.workers.ranks_of_node(self.spec.node)) or None
+        _slurm(env, self.spec.fault)
 
     def ready(self, env: FaultEnv) -> bool:
         return env.backend.agent_pid(self.spec.node) is not None
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:
         ranks = env.workers.ranks_of_node(self.spec.node)
-        done = _slurm(env, "slurm-down").set_node_down(self.spec.node, self.spec.reason)
-        self._downed = str(done["slurm_node"])
+        done = _slurm(env, self.spec.fault).set_node_state(self.spec.node, self.STATE, self.spec.reason)
+        self._changed = str(done["slurm_node"])
         return {**done, "ranks": ranks}
 
     def heal(self, env: FaultEnv) -> dict[str, Any] | None:
-        if self._downed is None:
+        if self._changed is None:
             return None
-        name, self._downed = self._downed, None
+        name, self._changed = self._changed, None
         try:
-            return {"resumed": _slurm(env, "slurm-down").resume_node(name)}
+            return {"resumed": _slurm(env, self.spec.fault).resume_node(name)}
         except ChaosError as exc:
             return {"resumed": False, "error": str(exc)[:300]}
+
+
+class SlurmDown(_NodeState):
+    """DOWN: Slurm kills the job's steps on the node at once (the node is lost to the job)."""
+
+    spec: SlurmDownFault
+    STATE = "DOWN"
+
+    def ranks(self, env: FaultEnv) -> set[int] | None:
+        return set(env.workers.ranks_of_node(self.spec.node)) or None
+
+
+class SlurmDrain(_NodeState):
+    """DRAIN: nothing of the job stops; the node takes no new job (a requeue goes elsewhere)."""
+
+    spec: SlurmDrainFault
+    STATE = "DRAIN"
 
 
 class SlurmSignal(SpecFault):

@@ -32,6 +32,7 @@ from chaos.scenario.faults import (
     ParameterFault,
     PauseFault,
     SlurmDownFault,
+    SlurmDrainFault,
     SlurmRequeueFault,
     SlurmSignalFault,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "CheckSpec",
     "CheckpointFault",
     "SlurmDownFault",
+    "SlurmDrainFault",
     "SlurmRequeueFault",
     "SlurmSignalFault",
     "DelayFault",

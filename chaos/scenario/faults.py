@@ -130,19 +130,35 @@ class NodeRestartFault(_Model):
         return f"restart node {self.node} {self.trigger.describe()}"
 
 
-class SlurmDownFault(_Model):
+class _SlurmNodeFault(_Model):
+    """Shared fields of the faults that change an allocated node's state in Slurm."""
+
+    node: int = Field(ge=0, description="The node (node i is the allocation's i-th node).")
+    reason: str = Field(default="chaos fault", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9 ._:-]+$",
+                        description="The Reason Slurm records (letters, digits, spaces, ._:-).")
+    trigger: Trigger
+
+
+class SlurmDownFault(_SlurmNodeFault):
     """Set an allocated node DOWN in Slurm (``scontrol update NodeName=... State=DOWN``), as an admin or a
     node health check does: Slurm kills the job's steps there; a job without ``--no-kill`` ends, an
     elastic one (``min_nodes``, submitted with ``--no-kill``) goes on without the node. Backend ``slurm``."""
 
     fault: Literal["slurm-down"]
-    node: int = Field(ge=0, description="The node set DOWN (node i is the allocation's i-th node).")
-    reason: str = Field(default="chaos fault", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9 ._:-]+$",
-                        description="The Reason Slurm records (letters, digits, spaces, ._:-).")
-    trigger: Trigger
 
     def describe(self) -> str:
         return f"set node {self.node} DOWN in Slurm (scontrol update State=DOWN) {self.trigger.describe()}"
+
+
+class SlurmDrainFault(_SlurmNodeFault):
+    """DRAIN an allocated node in Slurm (``scontrol update NodeName=... State=DRAIN``), as an admin does
+    before maintenance: what runs there goes on, and the node takes no new job (a requeued job comes back
+    on other nodes). Backend ``slurm``."""
+
+    fault: Literal["slurm-drain"]
+
+    def describe(self) -> str:
+        return f"drain node {self.node} in Slurm (scontrol update State=DRAIN) {self.trigger.describe()}"
 
 
 class SlurmSignalFault(_Model):
@@ -230,6 +246,6 @@ class CheckpointFault(_Model):
 FaultSpec = Annotated[
     KillFault | GradientFault | ParameterFault | PauseFault | NodeCrashFault | NodeRestartFault | DelayFault
     | LossFault | BandwidthFault | PartitionFault | DiskFault | CheckpointFault | SlurmDownFault | SlurmSignalFault
-    | SlurmRequeueFault,
+    | SlurmRequeueFault | SlurmDrainFault,
     Field(discriminator="fault"),
 ]

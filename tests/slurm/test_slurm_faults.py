@@ -1,10 +1,13 @@
-"""Slurm's own faults on a real cluster (issue 16): a node set DOWN mid-run, and ``scancel --signal``.
+"""Slurm's own faults on a real cluster (issue 16): a node set DOWN or drained, ``scancel --signal``,
+a preemption that requeues the job.
 
 An elastic job (3 nodes, --nnodes=2:3, submitted with --no-kill) loses the node Slurm set DOWN: Slurm
 kills its job step, the survivors regroup and train on, and the verdict names the node state change as
 the cause. The same fault on a job of a fixed world size ends the job: the verdict fails (the check
 can fail). A SIGTERM to every job step stops the job, and the verdict puts the workers' exits down to
-the fault. After each run the node is back in service and nothing of the run is left on any node."""
+the fault. A preempted and requeued job comes back on a new allocation and resumes from its checkpoint;
+with a node drained meanwhile, on other nodes. After each run every node is back in service and
+nothing of the run is left on any node."""
 
 from __future__ import annotations
 
@@ -106,3 +109,19 @@ def _target(name: str) -> dict[str, Any]:
     from tests.conftest import REPO, SCENARIOS
 
     return {**yaml.safe_load((SCENARIOS / name).read_text())["target"], "script": str(REPO / "targets" / "digits_ddp.py")}
+
+
+@pytest.mark.chaos(requires=NEEDS)
+def test_a_requeued_job_comes_back_on_other_nodes_when_one_was_drained(slurm3: Any, tmp_path: Path) -> None:
+    schedule = [{"fault": "slurm-drain", "node": 0, "trigger": {"at_step": 20}},
+                {"fault": "slurm-requeue", "grace_s": 2, "trigger": {"at_step": 60}}]
+    result = _run(slurm3, tmp_path, "kill-worker.yaml", topology={"nodes": 2, "nproc_per_node": 1, "requeue": True},
+                  schedule=schedule, target={**_target("kill-worker.yaml"), "checkpoint_every": 20},
+                  checks=["completes", "restored_from_checkpoint", "progress_lost", "equivalent_to_reference"])
+    explain = "\n".join(f"{v.check}: {v.status}: {v.explanation}" for v in result.verdicts)
+    assert result.ok, explain
+    first, second = [e for e in result.events if e["kind"] == "slurm_allocation"]
+    drained = next(e for e in result.events if e["kind"] == "fault_inject" and e["fault"] == "slurm-drain")
+    assert drained["slurm_node"] in first["nodes"] and drained["slurm_node"] not in second["nodes"]
+    assert set(second["nodes"]) != set(first["nodes"])  # the job came back on other nodes, and resumed there
+    _clean(slurm3)

@@ -20,7 +20,7 @@ Teardown ends the daemons' sessions (each undoes the run on its node), then canc
 waits until Slurm has ended it; a node the run lost is cleaned with a short job of its own. An
 interrupted run does the same.
 
-Slurm's own faults act through :meth:`SlurmBackend.set_node_down`, :meth:`~SlurmBackend.signal_steps`
+Slurm's own faults act through :meth:`SlurmBackend.set_node_state`, :meth:`~SlurmBackend.signal_steps`
 and :meth:`~SlurmBackend.requeue` / :meth:`~SlurmBackend.relaunch`: a requeued job is the same job id
 on a new allocation (an *incarnation*, counted from 0 in each ``slurm_allocation`` event); chaos
 starts its nodes there as at the start, and the journal goes on as one history.
@@ -51,6 +51,13 @@ from chaos.scenario import SlurmBackendSpec, SshBackendSpec
 REQUEUE_SETTLE_S = 60.0  # how long a requeued job may take to be pending again
 SLURM_ONLY = ("partition", "account", "time_limit", "cpus_per_task", "sbatch_args", "reach", "allocation_timeout_s",
               "requeue")
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
 
 
 def as_hosts(spec: SlurmBackendSpec, addresses: list[str]) -> SshBackendSpec:
@@ -117,6 +124,7 @@ class SlurmBackend(SshBackend):
         self.incarnation = 0  # how many times the job was requeued (each time: a new allocation)
         self._requeued = False  # requeued, not yet running again: the run waits for it
         self._begin_now = True
+        self._restarts_before = 0  # the job's restart count (scontrol show job) before the requeue
 
     def preflight(self, script: str | None = None) -> None:
         """:func:`preflight_slurm`; the nodes themselves are checked once the job runs."""
@@ -176,13 +184,14 @@ class SlurmBackend(SshBackend):
             raise ChaosError(f"slurm: node {node} is not allocated (yet)")
         return self.allocation.names[node]
 
-    def set_node_down(self, node: int, reason: str) -> dict[str, Any]:
-        """``scontrol update NodeName=<node> State=DOWN Reason=<reason>``; what was done."""
+    def set_node_state(self, node: int, state: str, reason: str) -> dict[str, Any]:
+        """``scontrol update NodeName=<node> State=<DOWN|DRAIN> Reason=<reason>``; what was done."""
         name = self.node_name(node)
         before = next((r.get("State", "?") for r in commands.nodes(name)), "?")
-        commands.run("scontrol", "update", f"NodeName={name}", "State=DOWN", f"Reason={reason}")
-        self._downed.add(node)
-        return {"node": node, "slurm_node": name, "state_before": before, "state": "DOWN", "reason": reason,
+        commands.run("scontrol", "update", f"NodeName={name}", f"State={state}", f"Reason={reason}")
+        if state == "DOWN":
+            self._downed.add(node)
+        return {"node": node, "slurm_node": name, "state_before": before, "state": state, "reason": reason,
                 "job_id": self.allocation.job_id if self.allocation else None}
 
     def resume_node(self, name: str) -> bool:
@@ -232,13 +241,22 @@ class SlurmBackend(SshBackend):
         still = sorted(n for n, p in self._agent.items() if p is not None)
         waited = time.monotonic() - t0
         self._end_sessions(final=False)
+        before = self._restarts(job)
         commands.run("scontrol", "requeue", job)  # (refused: the sessions are ended all the same, the run ends)
+        self._restarts_before = before
         self._requeued = True
         self._begin_now = begin_now
         self.incarnation += 1
         return {"job_id": job, "incarnation": self.incarnation, "nodes_before": list(self.allocation.names),
                 "agents_stopped": list(range(self.nodes)), "still_running_after_grace": still,
                 "grace_used_s": round(waited, 3), "scancel_rc": sent.returncode}
+
+    @staticmethod
+    def _restarts(job_id: str) -> int:
+        try:
+            return _int((commands.job(job_id) or {}).get("Restarts"))
+        except ChaosError:
+            return 0
 
     def relaunch(self) -> dict[str, Any]:
         """Wait until Slurm runs the requeued job again, then start every node on its new allocation as
@@ -252,15 +270,24 @@ class SlurmBackend(SshBackend):
 
     def _relaunch(self, alloc: Allocation, launch: LaunchSpec) -> dict[str, Any]:
         requeued_t = time.time()
-        # Between the requeue and the job pending again, squeue may say COMPLETING, REQUEUED or even
-        # FAILED (the killed batch script's exit, before the requeue is through): wait that out
+        # Between the requeue and the job pending again Slurm may still say RUNNING (the old incarnation),
+        # COMPLETING, or even FAILED (the killed batch script's exit, before the requeue is through): wait
+        # until its restart count has grown and it is pending or running
         deadline = time.monotonic() + REQUEUE_SETTLE_S
-        while time.monotonic() < deadline:
-            now = alloc_mod._state_or_none(alloc.job_id)
-            if now is not None and now[0] in ("PENDING", "CONFIGURING", "RUNNING"):
-                if now[0] == "PENDING" and self._begin_now:  # Slurm holds a requeued job (BeginTime): lift it
+        last = "?"
+        while True:
+            try:
+                rec = commands.job(alloc.job_id) or {}
+            except ChaosError:
+                rec = {}  # no answer this time
+            last = rec.get("JobState", last)
+            if _int(rec.get("Restarts")) > self._restarts_before and last in ("PENDING", "CONFIGURING", "RUNNING"):
+                if last == "PENDING" and self._begin_now:  # Slurm holds a requeued job (BeginTime): lift it
                     commands.run("scontrol", "update", f"JobId={alloc.job_id}", "StartTime=now", check=False)
                 break
+            if time.monotonic() > deadline:
+                raise ChaosError(f"slurm: job {alloc.job_id} did not come back after its requeue (still {last} after "
+                                 f"{REQUEUE_SETTLE_S:g} s)")
             time.sleep(0.3)
         alloc_mod.wait_running(alloc, self.slurm.allocation_timeout_s, waiting=(*alloc_mod.WAITING, "COMPLETING"))
         self.log.record("slurm_allocation", **alloc.as_dict(), incarnation=self.incarnation,
