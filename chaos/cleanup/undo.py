@@ -293,7 +293,7 @@ def _slurm_job(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
     if why:
         if why.startswith("gone"):
             return GONE, why
-        return (FAILED, why) if why.startswith("cannot ask") else (KEPT, why)  # a failure is tried again
+        return KEPT, why  # another's job, or a cluster this machine cannot ask (gone with a test lab): left
     import pwd
 
     # Slurm filters too (name and user): a job that changed hands since it was looked at is not touched
