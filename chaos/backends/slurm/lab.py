@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from chaos.backends.ssh.lab import _here, _host_addresses
+from chaos.backends.ssh.lab import _here, _host_addresses, lab_leftovers
 from chaos.errors import ChaosError
 from chaos.reserve import Reservation, reserve
 
@@ -305,12 +305,8 @@ class SlurmLab:
         return self.leftovers()
 
     def leftovers(self) -> list[str]:
-        out = [f"netns {n}" for n in _run("ip", "netns", "list", check=False).stdout.split() if self.token in n]
-        links = _run("ip", "-o", "link", check=False).stdout
-        out += [f"link {ln.split(':')[1].strip()}" for ln in links.splitlines() if self.token in ln]
-        out += [f"dir {p}" for p in (self.workdir, str(self.dir)) if os.path.exists(p)]
-        rules = _run("iptables", "-w", "5", "-S", check=False).stdout
-        out += [f"iptables {ln}" for ln in rules.splitlines() if self.chain in ln]
+        """What of the lab is still here: :func:`~chaos.backends.ssh.lab.lab_leftovers`, and its processes."""
+        out = lab_leftovers(self.token, self.chain, [self.workdir, str(self.dir)])
         import psutil
 
         for proc in psutil.process_iter(["pid", "cmdline"]):

@@ -242,13 +242,19 @@ class SshLab:
         return self.leftovers()
 
     def leftovers(self) -> list[str]:
-        out = [f"netns {n}" for n in _run("ip", "netns", "list", check=False).stdout.split() if self.token in n]
-        links = _run("ip", "-o", "link", check=False).stdout
-        out += [f"link {ln.split(':')[1].strip()}" for ln in links.splitlines() if self.token in ln]
-        out += [f"dir {p}" for p in (self.workdir, str(self.dir)) if os.path.exists(p)]
-        rules = _run("iptables", "-w", "5", "-S", check=False).stdout
-        out += [f"iptables {ln}" for ln in rules.splitlines() if self.chain in ln]
-        return out
+        return lab_leftovers(self.token, self.chain, [self.workdir, str(self.dir)])
+
+
+def lab_leftovers(token: str, chain: str, paths: list[str]) -> list[str]:
+    """What of a test lab named ``token`` is still on this machine: namespaces and links carrying the
+    token, ``paths`` that exist, iptables rules of ``chain`` (the ssh and slurm labs share this)."""
+    out = [f"netns {n}" for n in _run("ip", "netns", "list", check=False).stdout.split() if token in n]
+    links = _run("ip", "-o", "link", check=False).stdout
+    out += [f"link {ln.split(':')[1].strip()}" for ln in links.splitlines() if token in ln]
+    out += [f"dir {p}" for p in paths if os.path.exists(p)]
+    rules = _run("iptables", "-w", "5", "-S", check=False).stdout
+    out += [f"iptables {ln}" for ln in rules.splitlines() if chain in ln]
+    return out
 
 
 def _host_addresses() -> list[str]:
