@@ -18,6 +18,27 @@ import yaml
 from tests.conftest import REPO, SCENARIOS
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_FAILED] = report.failed
+    return report
+
+
+_CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture(autouse=True)
+def _controller_log_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
+    """On a failed test, the end of the lab controller's and nodes' logs (the test's captured output):
+    what Slurm did is otherwise gone with the lab."""
+    yield
+    if request.node.stash.get(_CALL_FAILED, False) and "slurm3" in request.fixturenames:
+        lab = request.getfixturevalue("slurm3")
+        print(f"--- slurmctld ---\n{lab.log_tail('slurmctld', 6000)}\n--- slurmd ---\n{lab.log_tail('slurmd', 4000)}")
+
+
 @pytest.fixture(scope="module")
 def slurm3() -> Iterator[Any]:
     """A cluster of three nodes, shared by the tests of a module; ``SLURM_CONF`` points at it while

@@ -12,7 +12,7 @@ from chaos import scenario_from_dict
 from chaos.backends.slurm.allocation import keeper_script, sbatch_argv
 from chaos.backends.slurm.backend import as_hosts
 from chaos.backends.slurm.commands import node_usable, parse_record, slurm_env
-from chaos.errors import ScenarioError
+from chaos.errors import ChaosError, ScenarioError
 from chaos.scenario import SlurmBackendSpec
 
 
@@ -144,3 +144,34 @@ def test_a_time_limit_shorter_than_the_deadline_is_refused_naming_both() -> None
     assert "backend.time_limit='30:00'" in str(err.value) and "deadline_s=3600" in str(err.value)
     data["backend"]["time_limit"] = "2:00:00"
     assert scenario_from_dict(data).backend.time_limit == "2:00:00"
+
+
+def _states(monkeypatch: pytest.MonkeyPatch, states: list[str]) -> None:
+    from chaos.backends.slurm import allocation, commands
+
+    seq = iter(states)
+    monkeypatch.setattr(allocation, "_state_or_none", lambda job: (st := next(seq, states[-1]), "", "n[0-1]"
+                                                                   if st == "RUNNING" else ""))
+    monkeypatch.setattr(commands, "hostnames", lambda nodelist: ["n0", "n1"])
+    monkeypatch.setattr(commands, "nodes", lambda nodelist: [{"NodeName": "n0", "NodeAddr": "10.0.0.1"},
+                                                             {"NodeName": "n1", "NodeAddr": "10.0.0.2"}])
+
+
+def test_a_requeued_job_reported_failed_a_moment_before_it_pends_again_is_waited_for(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos.backends.slurm.allocation import Allocation, wait_running
+
+    _states(monkeypatch, ["FAILED", "FAILED", "PENDING", "RUNNING"])
+    alloc = wait_running(Allocation("7"), 30, poll_s=0.01, ended_for_s=5)
+    assert alloc.addresses == ["10.0.0.1", "10.0.0.2"]
+
+
+def test_a_job_that_stays_ended_is_reported_ended_with_slurm_s_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos.backends.slurm.allocation import Allocation, wait_running
+
+    _states(monkeypatch, ["PENDING", "FAILED"])
+    with pytest.raises(ChaosError, match=r"job 7 ended before it ran \(FAILED"):
+        wait_running(Allocation("7"), 30, poll_s=0.01, ended_for_s=0.05)
+    _states(monkeypatch, ["CANCELLED"])
+    with pytest.raises(ChaosError, match=r"ended before it ran \(CANCELLED"):
+        wait_running(Allocation("7"), 30, poll_s=0.01)  # a first submission: believed at once

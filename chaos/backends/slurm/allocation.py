@@ -158,19 +158,26 @@ def _fix_for(reason: str) -> str:
 
 
 def wait_running(alloc: Allocation, timeout_s: float, poll_s: float = 0.3,
-                 waiting: tuple[str, ...] = WAITING) -> Allocation:
+                 waiting: tuple[str, ...] = WAITING, ended_for_s: float = 0.0) -> Allocation:
     """Wait until the job runs; fill in its nodes (``NodeAddr`` resolved to an IPv4 address here, as the
     agents bind and gloo picks its interface by address). Raises :class:`~chaos.errors.ChaosError` if
-    it ends first or is still pending after ``timeout_s`` s (saying Slurm's reason and the fix)."""
+    it ends first (an end state seen for ``ended_for_s`` s: a requeued job's killed batch script may be
+    reported a moment after the requeue) or is still pending after ``timeout_s`` s (saying Slurm's
+    reason and the fix)."""
     deadline = time.monotonic() + timeout_s
     st, reason, nodelist = "UNKNOWN", "the controller does not answer", ""
+    ended_since: float | None = None
     while True:
         now = _state_or_none(alloc.job_id)  # None: no answer this time (a failover), not the job's end
         if now is not None:
             st, reason, nodelist = now
             if st in RUNNING and nodelist and nodelist != "(null)":
                 break
-            if st not in waiting and st not in RUNNING:
+            if st in waiting or st in RUNNING:
+                ended_since = None
+            elif ended_since is None and ended_for_s > 0:
+                ended_since = time.monotonic()
+            elif ended_since is None or time.monotonic() - ended_since >= ended_for_s:
                 raise ChaosError(f"slurm: job {alloc.job_id} ended before it ran ({st}"
                                  f"{', ' + reason if reason else ''})")
         if time.monotonic() > deadline:

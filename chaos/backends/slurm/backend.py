@@ -49,6 +49,7 @@ from chaos.history import RunnerLog
 from chaos.scenario import SlurmBackendSpec, SshBackendSpec
 
 REQUEUE_SETTLE_S = 60.0  # how long a requeued job may take to be pending again
+ENDED_FOR_S = 5.0  # a requeued job seen ended is believed once it has stayed so this long (Slurm's late reports)
 SLURM_ONLY = ("partition", "account", "time_limit", "cpus_per_task", "sbatch_args", "reach", "allocation_timeout_s",
               "requeue")
 
@@ -270,9 +271,10 @@ class SlurmBackend(SshBackend):
 
     def _relaunch(self, alloc: Allocation, launch: LaunchSpec) -> dict[str, Any]:
         requeued_t = time.time()
-        # Between the requeue and the job pending again Slurm may still say RUNNING (the old incarnation),
-        # COMPLETING, or even FAILED (the killed batch script's exit, before the requeue is through): wait
-        # until its restart count has grown and it is pending or running
+        # Between the requeue and the job pending again Slurm may still say RUNNING (the old incarnation:
+        # the restart count grows before the state changes), COMPLETING, REQUEUED, or even FAILED (the
+        # killed batch script's exit, before the requeue is through): wait until its restart count has
+        # grown and it is pending (a requeued job always pends first: Slurm holds it with a BeginTime)
         deadline = time.monotonic() + REQUEUE_SETTLE_S
         last = "?"
         while True:
@@ -281,7 +283,7 @@ class SlurmBackend(SshBackend):
             except ChaosError:
                 rec = {}  # no answer this time
             last = rec.get("JobState", last)
-            if _int(rec.get("Restarts")) > self._restarts_before and last in ("PENDING", "CONFIGURING", "RUNNING"):
+            if _int(rec.get("Restarts")) > self._restarts_before and last in ("PENDING", "CONFIGURING"):
                 if last == "PENDING" and self._begin_now:  # Slurm holds a requeued job (BeginTime): lift it
                     commands.run("scontrol", "update", f"JobId={alloc.job_id}", "StartTime=now", check=False)
                 break
@@ -289,7 +291,8 @@ class SlurmBackend(SshBackend):
                 raise ChaosError(f"slurm: job {alloc.job_id} did not come back after its requeue (still {last} after "
                                  f"{REQUEUE_SETTLE_S:g} s)")
             time.sleep(0.3)
-        alloc_mod.wait_running(alloc, self.slurm.allocation_timeout_s, waiting=(*alloc_mod.WAITING, "COMPLETING"))
+        alloc_mod.wait_running(alloc, self.slurm.allocation_timeout_s, waiting=(*alloc_mod.WAITING, "COMPLETING"),
+                               ended_for_s=ENDED_FOR_S)
         self.log.record("slurm_allocation", **alloc.as_dict(), incarnation=self.incarnation,
                         wait_s=round((alloc.running_t or 0) - requeued_t, 3))
         self.spec = as_hosts(self.slurm, alloc.addresses)
