@@ -120,9 +120,10 @@ class SlurmRequeue(SpecFault):
 
     def preflight(self, env: FaultEnv) -> None:
         backend = _slurm(env, "slurm-requeue")
-        if not backend.slurm.requeue:
+        if not backend.slurm.requeue and not self.spec.resubmit:
             raise CapabilityError("slurm", "slurm-requeue: the job is submitted with --no-requeue, which Slurm "
-                                  "will not requeue; set backend.requeue: true (sbatch --requeue)")
+                                  "will not requeue; set backend.requeue: true (sbatch --requeue), or resubmit: true on "
+                                  "the fault")
         if getattr(backend.slurm, "checkpoint_dir", None) is None:
             raise CapabilityError("slurm", "slurm-requeue: a requeued job may come back on other nodes, where "
                                   "node-local checkpoints are not; set backend.checkpoint_dir to a directory every "
@@ -133,7 +134,8 @@ class SlurmRequeue(SpecFault):
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:
         pids = sorted(w.pid for w in env.workers.live())
-        done = _slurm(env, "slurm-requeue").requeue(self.spec.signal, self.spec.grace_s, self.spec.begin_now)
+        done = _slurm(env, "slurm-requeue").requeue(self.spec.signal, self.spec.grace_s, self.spec.begin_now,
+                                                       self.spec.resubmit)
         self._requeued = True
         return {**done, "signal": self.spec.signal, "pids": pids}
 

@@ -180,7 +180,8 @@ class SlurmSignalFault(_Model):
 class SlurmRequeueFault(_Model):
     """Preempt the job and requeue it, as Slurm does with ``PreemptMode=REQUEUE``: ``signal`` to every
     job step, ``grace_s`` for the job to act on it (save, exit), then ``scontrol requeue``. The job
-    comes back on a new allocation (the same job id, perhaps other nodes) when Slurm starts it again;
+    comes back on a new allocation (the same job id, perhaps other nodes; with ``resubmit`` a new job
+    id) when Slurm starts it again;
     chaos runs its nodes there, and the job resumes from what it saved. Needs checkpoints every node
     reads (``backend.checkpoint_dir``): node-local ones do not follow the job. Backend ``slurm``."""
 
@@ -190,10 +191,14 @@ class SlurmRequeueFault(_Model):
                            "(Slurm's GraceTime); the job's processes still there then are killed.")
     begin_now: bool = Field(default=True, description="Make the requeued job eligible at once (scontrol update "
                             "StartTime=now); false keeps Slurm's own hold on a requeued job (its BeginTime).")
+    resubmit: bool = Field(default=False, description="Come back as a new Slurm job (a new job id) instead: the job "
+                           "is cancelled after the grace and submitted again, as a workflow that resubmits a "
+                           "preempted job does; backend.requeue is not needed then.")
     trigger: Trigger
 
     def describe(self) -> str:
-        return (f"preempt and requeue the Slurm job ({self.signal}, {self.grace_s:g} s grace, scontrol requeue) "
+        how = "scancel, then sbatch again as a new job" if self.resubmit else "scontrol requeue"
+        return (f"preempt and requeue the Slurm job ({self.signal}, {self.grace_s:g} s grace, {how}) "
                 f"{self.trigger.describe()}")
 
 

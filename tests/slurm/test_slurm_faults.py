@@ -83,10 +83,13 @@ def test_a_sigterm_to_every_job_step_stops_the_job_and_is_named(slurm3: Any, tmp
 
 
 @pytest.mark.chaos(requires=NEEDS)
+@pytest.mark.parametrize("resubmit", [False, True], ids=["requeued", "resubmitted-as-a-new-job"])
 def test_a_preempted_and_requeued_job_resumes_on_its_new_allocation_from_its_checkpoint(
-        slurm3: Any, tmp_path: Path) -> None:
-    schedule = [{"fault": "slurm-requeue", "signal": "SIGTERM", "grace_s": 5, "trigger": {"at_step": 60}}]
-    result = _run(slurm3, tmp_path, "kill-worker.yaml", topology={"nodes": 2, "nproc_per_node": 1, "requeue": True},
+        slurm3: Any, tmp_path: Path, resubmit: bool) -> None:
+    schedule = [{"fault": "slurm-requeue", "signal": "SIGTERM", "grace_s": 5, "resubmit": resubmit,
+                 "trigger": {"at_step": 60}}]
+    result = _run(slurm3, tmp_path, "kill-worker.yaml",
+                  topology={"nodes": 2, "nproc_per_node": 1, "requeue": not resubmit},
                   schedule=schedule, target={**_target("kill-worker.yaml"), "checkpoint_every": 20},
                   checks=["completes", "restored_from_checkpoint", "progress_lost", "equivalent_to_reference"])
     by = {v.check: v for v in result.verdicts}
@@ -96,10 +99,16 @@ def test_a_preempted_and_requeued_job_resumes_on_its_new_allocation_from_its_che
         "loaded ckpt-000040.pt" in by["restored_from_checkpoint"].explanation, explain
     allocations = [e for e in result.events if e["kind"] == "slurm_allocation"]
     assert len(allocations) == 2 and allocations[1]["incarnation"] == 1  # the history links the two
-    assert allocations[0]["job_id"] == allocations[1]["job_id"]
-    assert allocations[1]["wait_s"] < 60, allocations[1]  # begin_now lifted Slurm's hold on a requeued job
     heal = next(e for e in result.events if e["kind"] == "fault_heal")
     assert heal["relaunched"]["incarnation"] == 1
+    if resubmit:  # a new Slurm job, which the history links to the one before
+        assert allocations[0]["job_id"] != allocations[1]["job_id"]
+        assert allocations[1]["follows_job_id"] == allocations[0]["job_id"]
+        ended = [e for e in result.events if e["kind"] == "slurm_job_end"]
+        assert [e["job_id"] for e in ended] == [allocations[0]["job_id"], allocations[1]["job_id"]], ended
+    else:
+        assert allocations[0]["job_id"] == allocations[1]["job_id"]
+        assert allocations[1]["wait_s"] < 60, allocations[1]  # begin_now lifted Slurm's hold on a requeued job
     _clean(slurm3)
 
 

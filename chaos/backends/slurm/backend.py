@@ -126,6 +126,8 @@ class SlurmBackend(SshBackend):
         self._requeued = False  # requeued, not yet running again: the run waits for it
         self._begin_now = True
         self._restarts_before = 0  # the job's restart count (scontrol show job) before the requeue
+        self._resubmitted = False  # the last requeue submitted a new job (a new job id)
+        self._jobs: list[str] = []  # the run's job ids, in order (a resubmitted run has several)
 
     def preflight(self, script: str | None = None) -> None:
         """:func:`preflight_slurm`; the nodes themselves are checked once the job runs."""
@@ -138,6 +140,7 @@ class SlurmBackend(SshBackend):
     def _submitted(self, alloc: Allocation) -> None:
         """The job is Slurm's now: recorded (manifest, journal) before anything else can happen."""
         self.allocation = alloc
+        self._jobs.append(alloc.job_id)
         self.manifest.add("slurm_job", job_id=alloc.job_id, name=alloc_mod.job_name(self.run_id))
         self.log.record("slurm_submit", job_id=alloc.job_id, name=alloc_mod.job_name(self.run_id),
                         partition=self.slurm.partition, nodes=self.slurm.nodes)
@@ -226,11 +229,13 @@ class SlurmBackend(SshBackend):
     def running(self) -> bool:
         return self._requeued or super().running()
 
-    def requeue(self, signame: str, grace_s: float, begin_now: bool) -> dict[str, Any]:
+    def requeue(self, signame: str, grace_s: float, begin_now: bool, resubmit: bool = False) -> dict[str, Any]:
         """Preempt the job as Slurm does (``PreemptMode=REQUEUE``): ``scancel --signal`` every step,
         wait up to ``grace_s`` s for the agents to exit, end the daemons' sessions (each undoes its node,
         killing what is left, as Slurm's SIGKILL after the grace would), then ``scontrol requeue``
-        (and ``StartTime=now`` with ``begin_now``). :meth:`relaunch` brings the nodes back."""
+        (and ``StartTime=now`` with ``begin_now``). With ``resubmit`` the job is cancelled instead and
+        the run submitted again as a new job (a new job id), as a resubmitting workflow does.
+        :meth:`relaunch` brings the nodes back."""
         assert self.allocation is not None
         job = self.allocation.job_id
         t0 = time.monotonic()
@@ -242,15 +247,23 @@ class SlurmBackend(SshBackend):
         still = sorted(n for n, p in self._agent.items() if p is not None)
         waited = time.monotonic() - t0
         self._end_sessions(final=False)
-        before = self._restarts(job)
-        commands.run("scontrol", "requeue", job)  # (refused: the sessions are ended all the same, the run ends)
-        self._restarts_before = before
+        nodes_before = list(self.allocation.names)
+        if resubmit:
+            self._end_job()  # its last state recorded; released from the manifest once Slurm has ended it
+            self._submitting = True
+            alloc_mod.submit(self.slurm, self.run_id, self.python, self._submitted)  # self.allocation: the new job
+        else:
+            before = self._restarts(job)
+            commands.run("scontrol", "requeue", job)  # (refused: the sessions are ended all the same, the run ends)
+            self._restarts_before = before
+        self._resubmitted = resubmit
         self._requeued = True
         self._begin_now = begin_now
         self.incarnation += 1
-        return {"job_id": job, "incarnation": self.incarnation, "nodes_before": list(self.allocation.names),
+        return {"job_id": job, "incarnation": self.incarnation, "nodes_before": nodes_before,
                 "agents_stopped": list(range(self.nodes)), "still_running_after_grace": still,
-                "grace_used_s": round(waited, 3), "scancel_rc": sent.returncode}
+                "grace_used_s": round(waited, 3), "scancel_rc": sent.returncode,
+                **({"new_job_id": self.allocation.job_id} if resubmit else {})}
 
     @staticmethod
     def _restarts(job_id: str) -> int:
@@ -271,30 +284,13 @@ class SlurmBackend(SshBackend):
 
     def _relaunch(self, alloc: Allocation, launch: LaunchSpec) -> dict[str, Any]:
         requeued_t = time.time()
-        # Between the requeue and the job pending again Slurm may still say RUNNING (the old incarnation:
-        # the restart count grows before the state changes), COMPLETING, REQUEUED, or even FAILED (the
-        # killed batch script's exit, before the requeue is through): wait until its restart count has
-        # grown and it is pending (a requeued job always pends first: Slurm holds it with a BeginTime)
-        deadline = time.monotonic() + REQUEUE_SETTLE_S
-        last = "?"
-        while True:
-            try:
-                rec = commands.job(alloc.job_id) or {}
-            except ChaosError:
-                rec = {}  # no answer this time
-            last = rec.get("JobState", last)
-            if _int(rec.get("Restarts")) > self._restarts_before and last in ("PENDING", "CONFIGURING"):
-                if last == "PENDING" and self._begin_now:  # Slurm holds a requeued job (BeginTime): lift it
-                    commands.run("scontrol", "update", f"JobId={alloc.job_id}", "StartTime=now", check=False)
-                break
-            if time.monotonic() > deadline:
-                raise ChaosError(f"slurm: job {alloc.job_id} did not come back after its requeue (still {last} after "
-                                 f"{REQUEUE_SETTLE_S:g} s)")
-            time.sleep(0.3)
-        alloc_mod.wait_running(alloc, self.slurm.allocation_timeout_s, waiting=(*alloc_mod.WAITING, "COMPLETING"),
-                               ended_for_s=ENDED_FOR_S)
+        if self._resubmitted:  # a new job: waited for as the first one was
+            alloc_mod.wait_running(alloc, self.slurm.allocation_timeout_s)
+        else:
+            self._wait_requeued(alloc)
         self.log.record("slurm_allocation", **alloc.as_dict(), incarnation=self.incarnation,
-                        wait_s=round((alloc.running_t or 0) - requeued_t, 3))
+                        wait_s=round((alloc.running_t or 0) - requeued_t, 3),
+                        **({"follows_job_id": self._jobs[-2]} if self._resubmitted else {}))
         self.spec = as_hosts(self.slurm, alloc.addresses)
         self.links, self.hello, self.offsets, self.iface = {}, {}, {}, {}
         self._agent, self._log_offsets, self._connected = {}, {}, False
@@ -313,7 +309,33 @@ class SlurmBackend(SshBackend):
             SshBackend.start(self, launch)
         finally:
             self._on_connected.remove(republish)
-        return {"job_id": alloc.job_id, "incarnation": self.incarnation, "nodes": list(alloc.names)}
+        return {"job_id": alloc.job_id, "incarnation": self.incarnation, "nodes": list(alloc.names),
+                **({"follows_job_id": self._jobs[-2]} if self._resubmitted else {})}
+
+    def _wait_requeued(self, alloc: Allocation) -> None:
+        """Wait until the requeued job runs again. Between the requeue and the job pending again Slurm
+        may still say RUNNING (the old incarnation: the restart count grows before the state changes),
+        COMPLETING, REQUEUED, or even FAILED (the killed batch script's exit, before the requeue is
+        through): so first its restart count must have grown and it must pend (a requeued job always
+        pends first: Slurm holds it with a BeginTime, lifted here with ``begin_now``)."""
+        deadline = time.monotonic() + REQUEUE_SETTLE_S
+        last = "?"
+        while True:
+            try:
+                rec = commands.job(alloc.job_id) or {}
+            except ChaosError:
+                rec = {}  # no answer this time
+            last = rec.get("JobState", last)
+            if _int(rec.get("Restarts")) > self._restarts_before and last in ("PENDING", "CONFIGURING"):
+                if last == "PENDING" and self._begin_now:
+                    commands.run("scontrol", "update", f"JobId={alloc.job_id}", "StartTime=now", check=False)
+                break
+            if time.monotonic() > deadline:
+                raise ChaosError(f"slurm: job {alloc.job_id} did not come back after its requeue (still {last} after "
+                                 f"{REQUEUE_SETTLE_S:g} s)")
+            time.sleep(0.3)
+        alloc_mod.wait_running(alloc, self.slurm.allocation_timeout_s, waiting=(*alloc_mod.WAITING, "COMPLETING"),
+                               ended_for_s=ENDED_FOR_S)
 
     def teardown(self) -> None:
         """The ``ssh`` backend's teardown (each daemon undoes the run on its node), then ``scancel`` the
