@@ -69,6 +69,9 @@ KINDS: tuple[Kind, ...] = (
          "backend slurm", kills=True, node_level=True),
     Kind("slurm-drain", "drain an allocated node in Slurm (scontrol update State=DRAIN): what runs goes on, the "
          "node takes no new job; backend slurm", node_level=True),
+    Kind("slurmd-kill", "kill slurmd on an allocated node (SIGKILL) and start it again after duration_s, "
+         "shorter than the cluster's SlurmdTimeout: the job's steps there go on; backend slurm", node_level=True,
+         heals=True),
     Kind("slurm-signal", "signal a node's job step or every step of the job through Slurm (scancel --signal), as "
          "at a time limit or a preemption; backend slurm", kills=True),
     Kind("slurm-requeue", "preempt the Slurm job (a signal, a grace period) and requeue it: it comes back on a new "

@@ -8,13 +8,13 @@ from chaos.faults.base import Fault, FaultEnv, SpecFault
 from chaos.faults.checkpoint import CheckpointDamage
 from chaos.faults.process import Kill, NodeCrash, NodeRestart, Pause
 from chaos.faults.sdc import InProcess
-from chaos.faults.slurm import SlurmDown, SlurmDrain, SlurmRequeue, SlurmSignal
+from chaos.faults.slurm import SlurmdKill, SlurmDown, SlurmDrain, SlurmRequeue, SlurmSignal
 from chaos.scenario import FaultSpec
 
 FAULTS: dict[str, type] = {"kill": Kill, "gradient": InProcess, "parameter": InProcess, "pause": Pause,
                            "node-crash": NodeCrash, "node-restart": NodeRestart, "checkpoint": CheckpointDamage,
                            "slurm-down": SlurmDown, "slurm-signal": SlurmSignal, "slurm-requeue": SlurmRequeue,
-                           "slurm-drain": SlurmDrain}
+                           "slurm-drain": SlurmDrain, "slurmd-kill": SlurmdKill}
 
 FAULT_DOCS = kinds.FAULT_DOCS  # one line per kind, from the kinds table
 

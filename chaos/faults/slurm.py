@@ -1,7 +1,8 @@
 """Slurm's own faults, on backend ``slurm``: ``slurm-down`` (a node set DOWN, as an admin or a health
 check does: Slurm kills the job's steps there), ``slurm-signal`` (``scancel --signal`` to a node's
 job step or to every step, as Slurm signals a job before its time limit or a preemption) and
-``slurm-requeue`` (a preemption that requeues the job: it comes back on a new allocation). They act
+``slurm-requeue`` (a preemption that requeues the job: it comes back on a new allocation) and
+``slurmd-kill`` (the node's Slurm daemon killed, started again after a while). They act
 through the backend (:class:`chaos.backends.slurm.backend.SlurmBackend`), which knows the job and
 its nodes; on any other backend they are exit 2 before anything starts.
 """
@@ -12,7 +13,7 @@ from typing import Any
 
 from chaos.errors import CapabilityError, ChaosError
 from chaos.faults.base import FaultEnv, SpecFault
-from chaos.scenario import SlurmDownFault, SlurmDrainFault, SlurmRequeueFault, SlurmSignalFault
+from chaos.scenario import SlurmdKillFault, SlurmDownFault, SlurmDrainFault, SlurmRequeueFault, SlurmSignalFault
 
 
 def _slurm(env: FaultEnv, fault: str) -> Any:
@@ -144,3 +145,49 @@ class SlurmRequeue(SpecFault):
             return None
         self._requeued = False
         return {"relaunched": _slurm(env, "slurm-requeue").relaunch()}
+
+
+class SlurmdKill(SpecFault):
+    """SIGKILL ``slurmd`` on ``spec.node`` (through chaos's daemon there) for ``spec.duration_s``; the
+    heal starts it again (``backend.slurmd_start``, run here). The controller would notice after its
+    ``SlurmdTimeout`` (and set the node DOWN), which ``duration_s`` must stay below (preflight)."""
+
+    spec: SlurmdKillFault
+    instant = False
+    heal_at_end = True
+
+    def __init__(self, spec: SlurmdKillFault, fault_id: str) -> None:
+        super().__init__(spec, fault_id)
+        self.spec = spec
+        self._killed = False
+
+    def duration(self) -> float | None:
+        return self.spec.duration_s
+
+    def preflight(self, env: FaultEnv) -> None:
+        _slurm(env, "slurmd-kill")
+        from chaos.backends.slurm import commands
+
+        timeout = commands.config_seconds("SlurmdTimeout")
+        if timeout is not None and self.spec.duration_s >= timeout:
+            raise CapabilityError("slurm", f"slurmd-kill: duration_s={self.spec.duration_s:g} is not below the "
+                                  f"cluster's SlurmdTimeout ({timeout:g} s), after which Slurm sets the node DOWN; "
+                                  "lower duration_s, or use slurm-down for a node the job loses (its verdicts judge "
+                                  "the loss)")
+
+    def ready(self, env: FaultEnv) -> bool:
+        return env.backend.agent_pid(self.spec.node) is not None
+
+    def inject(self, env: FaultEnv) -> dict[str, Any]:
+        done = _slurm(env, "slurmd-kill").kill_slurmd(self.spec.node)
+        self._killed = True
+        return {**done, "ranks": env.workers.ranks_of_node(self.spec.node)}
+
+    def heal(self, env: FaultEnv) -> dict[str, Any] | None:
+        if not self._killed:
+            return None
+        self._killed = False
+        try:
+            return _slurm(env, "slurmd-kill").start_slurmd(self.spec.node)
+        except ChaosError as exc:
+            return {"started": False, "error": str(exc)[:300]}

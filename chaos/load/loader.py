@@ -151,7 +151,7 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
         loc: tuple[Any, ...] = ("schedule", i)
         fault = _dict(fault)
         fault_name = fault.get("fault")
-        if isinstance(fault_name, str) and fault_name.startswith("slurm-") and kind != "slurm":
+        if isinstance(fault_name, str) and fault_name.startswith(("slurm-", "slurmd-")) and kind != "slurm":
             out.append(
                 f"{at(loc + ('fault',))}schedule[{i}].fault={short(fault_name)} acts through Slurm, which "
                 f"backend.kind={short(kind)} does not have; use backend: {{kind: slurm}}"

@@ -207,6 +207,10 @@ class SlurmBackendSpec(NodesSpec):
                           "the slurm-requeue fault); default --no-requeue, so a job that fails ends.")
     reach: Literal["srun"] = Field(default="srun", description="How chaos reaches an allocated node: srun (a job "
                                    "step per node, srun --overlap --jobid J -w NODE; no SSH to the nodes needed).")
+    slurmd_start: list[str] = Field(
+        default_factory=lambda: ["ssh", "{node}", "sudo", "systemctl", "start", "slurmd"], min_length=1, max_length=32,
+        description="The command, run where chaos runs, that starts slurmd on a node again after the slurmd-kill "
+        "fault ({node}: the node's Slurm name); the node may be DOWN by then, with no job step to go through.")
     allocation_timeout_s: float = Field(default=300.0, gt=0, le=86400, description="How long the submitted job "
                                         "may stay pending before the run gives up (and cancels it).")
     workdir: str = Field(default="/var/tmp/chaos", min_length=1, description="Directory on each node under which "

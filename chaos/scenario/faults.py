@@ -161,6 +161,23 @@ class SlurmDrainFault(_SlurmNodeFault):
         return f"drain node {self.node} in Slurm (scontrol update State=DRAIN) {self.trigger.describe()}"
 
 
+class SlurmdKillFault(_Model):
+    """Kill ``slurmd`` on an allocated node (SIGKILL, as a crash or the OOM killer does) and start it again
+    after ``duration_s`` (``backend.slurmd_start``, run where chaos runs). What runs
+    on the node goes on: each job step has its own ``slurmstepd``, and the controller notices nothing
+    before its ``SlurmdTimeout``; ``duration_s`` must be shorter (a longer one would have Slurm set the
+    node DOWN: use ``slurm-down`` for that loss). Backend ``slurm``; chaos must be root on the node."""
+
+    fault: Literal["slurmd-kill"]
+    node: int = Field(ge=0, description="The node (node i is the allocation's i-th node).")
+    duration_s: float = Field(default=10.0, gt=0, le=3600, description="Seconds slurmd stays dead; below the "
+                              "cluster's SlurmdTimeout (scontrol show config).")
+    trigger: Trigger
+
+    def describe(self) -> str:
+        return f"kill slurmd on node {self.node} for {self.duration_s:g} s {self.trigger.describe()}"
+
+
 class SlurmSignalFault(_Model):
     """Signal the job's processes through Slurm (``scancel --signal``), as Slurm does before a time limit
     or a preemption (SIGTERM, then SIGKILL after the grace period if they are still there): the job step
@@ -251,6 +268,6 @@ class CheckpointFault(_Model):
 FaultSpec = Annotated[
     KillFault | GradientFault | ParameterFault | PauseFault | NodeCrashFault | NodeRestartFault | DelayFault
     | LossFault | BandwidthFault | PartitionFault | DiskFault | CheckpointFault | SlurmDownFault | SlurmSignalFault
-    | SlurmRequeueFault | SlurmDrainFault,
+    | SlurmRequeueFault | SlurmDrainFault | SlurmdKillFault,
     Field(discriminator="fault"),
 ]

@@ -90,6 +90,7 @@ def on_slurm(name: str, lab: Any, tmp: Path, *, topology: dict[str, Any] | None 
     data["target"]["script"] = str(REPO / "targets" / "digits_ddp.py")
     backend = {k: v for k, v in data["backend"].items() if k not in ("kind", "subnet")} | (topology or {})
     data["backend"] = {**backend, "kind": "slurm", "partition": lab.partition, "workdir": lab.workdir,
+                       "slurmd_start": lab.slurmd_start,
                        "time_limit": "10:00",
                        **({"checkpoint_dir": str(checkpoint_dir)} if checkpoint_dir is not None else {})}
     data.update(changes)

@@ -112,6 +112,24 @@ def test_a_preempted_and_requeued_job_resumes_on_its_new_allocation_from_its_che
     _clean(slurm3)
 
 
+@pytest.mark.chaos(requires=NEEDS)
+def test_slurmd_killed_for_less_than_slurmd_timeout_leaves_the_job_running(slurm3: Any, tmp_path: Path) -> None:
+    before = slurm3.exec(1, ["pgrep", "-x", "slurmd"]).stdout.split()
+    schedule = [{"fault": "slurmd-kill", "node": 1, "duration_s": 5, "trigger": {"at_step": 30}}]
+    result = _run(slurm3, tmp_path, "kill-worker.yaml", topology={"nodes": 2, "nproc_per_node": 1},
+                  schedule=schedule, checks=["completes", "equivalent_to_reference", "no_hang"])
+    explain = "\n".join(f"{v.check}: {v.status}: {v.explanation}" for v in result.verdicts)
+    assert result.ok, explain  # each step has its own slurmstepd: the job never noticed
+    inject = next(e for e in result.events if e["kind"] == "fault_inject")
+    heal = next(e for e in result.events if e["kind"] == "fault_heal")
+    assert inject["slurm_node"] == slurm3.names[1] and inject["pids"], inject
+    assert heal["started"] is True and "DOWN" not in heal["state"], heal
+    assert not any(e["kind"] == "host_lost" for e in result.events)
+    after = slurm3.exec(1, ["pgrep", "-x", "slurmd"]).stdout.split()
+    assert after and after != before  # a new slurmd
+    _clean(slurm3)
+
+
 def _target(name: str) -> dict[str, Any]:
     import yaml
 

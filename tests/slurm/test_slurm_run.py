@@ -53,7 +53,8 @@ def _dead_controller(lab: Any, tmp: Path) -> Path:
 
 
 @pytest.mark.chaos(requires=NEEDS)
-@pytest.mark.parametrize("problem", ["no controller", "unknown partition", "too many nodes"])
+@pytest.mark.parametrize("problem", ["no controller", "unknown partition", "too many nodes",
+                                     "slurmd-kill past SlurmdTimeout"])
 def test_what_the_cluster_cannot_take_is_exit_2_before_anything_is_submitted(
         slurm3: Any, tmp_path: Path, problem: str) -> None:
     path = on_slurm("kill-worker.yaml", slurm3, tmp_path, topology={"nodes": 2, "nproc_per_node": 1})
@@ -64,9 +65,13 @@ def test_what_the_cluster_cannot_take_is_exit_2_before_anything_is_submitted(
     elif problem == "unknown partition":
         edit(path, lambda d: d["backend"].update(partition="gpu-h100"))
         want = ["backend.partition='gpu-h100'", slurm3.partition]
-    else:
+    elif problem == "too many nodes":
         edit(path, lambda d: d["backend"].update(nodes=4))
         want = ["backend.nodes=4", "has 3 node(s)", "lower backend.nodes"]
+    else:  # the lab's SlurmdTimeout is 30 s: Slurm would set the node DOWN, which slurm-down is for
+        edit(path, lambda d: d.update(schedule=[{"fault": "slurmd-kill", "node": 1, "duration_s": 45,
+                                                 "trigger": {"at_step": 30}}]))
+        want = ["duration_s=45", "SlurmdTimeout (30 s)", "slurm-down"]
     out = chaos("run", str(path), runs=tmp_path / "runs", timeout=180, env=env)
     assert out.returncode == 2, out.stdout + out.stderr
     for needle in want:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -51,7 +52,7 @@ from chaos.scenario import SlurmBackendSpec, SshBackendSpec
 REQUEUE_SETTLE_S = 60.0  # how long a requeued job may take to be pending again
 ENDED_FOR_S = 5.0  # a requeued job seen ended is believed once it has stayed so this long (Slurm's late reports)
 SLURM_ONLY = ("partition", "account", "time_limit", "cpus_per_task", "sbatch_args", "reach", "allocation_timeout_s",
-              "requeue")
+              "requeue", "slurmd_start")
 
 
 def _int(value: Any) -> int:
@@ -225,6 +226,38 @@ class SlurmBackend(SshBackend):
         # scancel may say "Invalid job id" for a step it did signal (Slurm 22.05): kept, not fatal
         return {"node": node, "target": target, "job_id": self.allocation.job_id, "scancel_rc": done.returncode,
                 **({"scancel_said": done.stderr.strip()[-300:]} if done.returncode else {})}
+
+    def kill_slurmd(self, node: int) -> dict[str, Any]:
+        """SIGKILL the ``slurmd`` of ``node`` through its daemon (the slurmd-kill fault); what was done.
+        Raises :class:`~chaos.errors.ChaosError` if the node's daemon cannot (not root, none runs)."""
+        name = self.node_name(node)
+        link = self.links.get(node)
+        if link is None or link.closed.is_set():
+            raise ChaosError(f"slurmd-kill: node {node} ({name}) has no chaos daemon running")
+        done = link.call("slurmd_kill")
+        return {"node": node, "slurm_node": name, "pids": done["pids"],
+                "job_id": self.allocation.job_id if self.allocation else None}
+
+    def start_slurmd(self, node: int, wait_s: float = 60.0) -> dict[str, Any]:
+        """Start the ``slurmd`` of ``node`` again: ``backend.slurmd_start`` run here, then wait up to
+        ``wait_s`` s for the node to answer the controller again; what was done and the node's state."""
+        name = self.node_name(node)
+        argv = [a.replace("{node}", name) for a in self.slurm.slurmd_start]
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ChaosError(f"slurmd-kill: backend.slurmd_start {argv} failed: {exc}") from exc
+        if out.returncode != 0:
+            raise ChaosError(f"slurmd-kill: backend.slurmd_start {argv} exited {out.returncode}: "
+                             f"{(out.stderr or out.stdout).strip()[-300:]}")
+        deadline = time.monotonic() + wait_s
+        state = "?"
+        while time.monotonic() < deadline:
+            state = next((r.get("State", "?") for r in commands.nodes(name)), "?")
+            if "NOT_RESPONDING" not in state and "*" not in state and "DOWN" not in state:
+                break
+            time.sleep(0.5)
+        return {"node": node, "slurm_node": name, "started": True, "state": state}
 
     def running(self) -> bool:
         return self._requeued or super().running()

@@ -123,3 +123,18 @@ def cancel(job_id: str, *, signal: str | None = None, full: bool = False) -> Any
     """``scancel [--signal=SIG [--full]] J``; the finished command (never raises for an exit status)."""
     return run("scancel", *([f"--signal={signal}"] if signal else []), *(["--full"] if full else []), job_id,
                check=False)
+
+
+def config_seconds(key: str) -> float | None:
+    """A duration of the controller's configuration (``scontrol show config``: ``SlurmdTimeout = 300
+    sec``), in seconds; None if it cannot be read."""
+    out = run("scontrol", "show", "config", check=False)
+    for line in out.stdout.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == key:
+            words = value.split()
+            try:
+                return float(words[0]) if words else None
+            except ValueError:
+                return None
+    return None

@@ -64,3 +64,17 @@ class Part:
 
     def undo(self) -> None:
         return None
+
+    def op_slurmd_kill(self) -> dict[str, Any]:
+        """SIGKILL every ``slurmd`` of this node (the slurmd-kill fault); their pids. Raises
+        RuntimeError if none runs here, PermissionError without root."""
+        import signal
+
+        import psutil
+
+        pids = sorted(p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "slurmd")
+        if not pids:
+            raise RuntimeError("no slurmd runs on this node")
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        return {"pids": pids}

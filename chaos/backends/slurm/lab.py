@@ -186,10 +186,14 @@ class SlurmLab:
         _run("ip", "-n", ns, "link", "set", "eth0", "up")
         _run("ip", "-n", ns, "link", "set", "lo", "up")
         (self.dir / "spool" / name).mkdir(mode=0o700)
-        # sh stays pid 1 of the node (it reaps orphans, as a host's init does); slurmd is its child
+        # sh stays pid 1 of the node (it reaps orphans, as a host's init does); slurmd is its child. A
+        # slurmd that dies (the slurmd-kill fault) is started again once its start file appears
+        # (slurmd_start), as a host's service manager would on `systemctl start slurmd`
+        start = self.dir / "spool" / name / "start-slurmd"
         script = (f"hostname {name} && mount --bind {self.dir / 'hosts'} /etc/hosts && "
                   f"mount -t tmpfs -o mode=0755 tmpfs {self.workdir} && "
-                  f"slurmd -D -N {name} -f {self.conf} & wait")
+                  f"while :; do slurmd -D -N {name} -f {self.conf}; "
+                  f"while [ ! -e {start} ]; do sleep 0.5; done; rm -f {start}; done")
         self._spawn(f"slurmd{i}", ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--mount", "--pid",
                                    "--fork", "--mount-proc", "--propagation", "private", "sh", "-c", script])
 
@@ -209,6 +213,11 @@ class SlurmLab:
             time.sleep(0.2)
         states = _run("sinfo", "-h", "-N", "-o", "%N %t %E", check=False, env=self.env).stdout.strip()
         raise ChaosError(f"slurm lab: no {what} after {READY_S:g} s (sinfo: {states}): {self.log_tail(name)}")
+
+    @property
+    def slurmd_start(self) -> list[str]:
+        """The lab's ``backend.slurmd_start``: the command that starts a node's slurmd again."""
+        return ["touch", f"{self.dir / 'spool'}/{{node}}/start-slurmd"]
 
     def log_tail(self, name: str, chars: int = 800) -> str:
         """The end of a daemon's logs (``munged``, ``slurmctld``, ``slurmd<i>``; for ``slurmd`` every node's)."""
