@@ -165,10 +165,7 @@ class SlurmdKill(SpecFault):
         return self.spec.duration_s
 
     def preflight(self, env: FaultEnv) -> None:
-        _slurm(env, "slurmd-kill")
-        from chaos.backends.slurm import commands
-
-        timeout = commands.config_seconds("SlurmdTimeout")
+        timeout = _slurm(env, "slurmd-kill").slurmd_timeout_s()
         if timeout is not None and self.spec.duration_s >= timeout:
             raise CapabilityError("slurm", f"slurmd-kill: duration_s={self.spec.duration_s:g} is not below the "
                                   f"cluster's SlurmdTimeout ({timeout:g} s), after which Slurm sets the node DOWN; "

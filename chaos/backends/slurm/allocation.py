@@ -175,11 +175,11 @@ def wait_running(alloc: Allocation, timeout_s: float, poll_s: float = 0.3,
                 break
             if st in waiting or st in RUNNING:
                 ended_since = None
-            elif ended_since is None and ended_for_s > 0:
-                ended_since = time.monotonic()
-            elif ended_since is None or time.monotonic() - ended_since >= ended_for_s:
-                raise ChaosError(f"slurm: job {alloc.job_id} ended before it ran ({st}"
-                                 f"{', ' + reason if reason else ''})")
+            else:
+                ended_since = time.monotonic() if ended_since is None else ended_since
+                if time.monotonic() - ended_since >= ended_for_s:
+                    raise ChaosError(f"slurm: job {alloc.job_id} ended before it ran ({st}"
+                                     f"{', ' + reason if reason else ''})")
         if time.monotonic() > deadline:
             raise ChaosError(f"slurm: job {alloc.job_id} is still {st} after {timeout_s:g} s (reason: {reason or '?'}); "
                              f"{_fix_for(reason)}")

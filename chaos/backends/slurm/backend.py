@@ -254,10 +254,16 @@ class SlurmBackend(SshBackend):
         state = "?"
         while time.monotonic() < deadline:
             state = next((r.get("State", "?") for r in commands.nodes(name)), "?")
-            if "NOT_RESPONDING" not in state and "*" not in state and "DOWN" not in state:
+            if "NOT_RESPONDING" not in state and "DOWN" not in state:
                 break
             time.sleep(0.5)
         return {"node": node, "slurm_node": name, "started": True, "state": state}
+
+    @staticmethod
+    def slurmd_timeout_s() -> float | None:
+        """The cluster's ``SlurmdTimeout`` (s), after which the controller sets a silent node DOWN; None
+        if it cannot be read."""
+        return commands.config_seconds("SlurmdTimeout")
 
     def running(self) -> bool:
         return self._requeued or super().running()
@@ -321,9 +327,9 @@ class SlurmBackend(SshBackend):
             alloc_mod.wait_running(alloc, self.slurm.allocation_timeout_s)
         else:
             self._wait_requeued(alloc)
+        follows = {"follows_job_id": self._jobs[-2]} if self._resubmitted else {}  # the job this one replaces
         self.log.record("slurm_allocation", **alloc.as_dict(), incarnation=self.incarnation,
-                        wait_s=round((alloc.running_t or 0) - requeued_t, 3),
-                        **({"follows_job_id": self._jobs[-2]} if self._resubmitted else {}))
+                        wait_s=round((alloc.running_t or 0) - requeued_t, 3), **follows)
         self.spec = as_hosts(self.slurm, alloc.addresses)
         self.links, self.hello, self.offsets, self.iface = {}, {}, {}, {}
         self._agent, self._log_offsets, self._connected = {}, {}, False
@@ -342,8 +348,7 @@ class SlurmBackend(SshBackend):
             SshBackend.start(self, launch)
         finally:
             self._on_connected.remove(republish)
-        return {"job_id": alloc.job_id, "incarnation": self.incarnation, "nodes": list(alloc.names),
-                **({"follows_job_id": self._jobs[-2]} if self._resubmitted else {})}
+        return {"job_id": alloc.job_id, "incarnation": self.incarnation, "nodes": list(alloc.names), **follows}
 
     def _wait_requeued(self, alloc: Allocation) -> None:
         """Wait until the requeued job runs again. Between the requeue and the job pending again Slurm
