@@ -6,8 +6,9 @@ kills its job step, the survivors regroup and train on, and the verdict names th
 the cause. The same fault on a job of a fixed world size ends the job: the verdict fails (the check
 can fail). A SIGTERM to every job step stops the job, and the verdict puts the workers' exits down to
 the fault. A preempted and requeued job comes back on a new allocation and resumes from its checkpoint;
-with a node drained meanwhile, on other nodes. After each run every node is back in service and
-nothing of the run is left on any node."""
+with a node drained meanwhile, on other nodes. A job that Slurm ends itself mid-run (an
+administrator's scancel) is judged unknown, not failed, naming the end. After each run every node is
+back in service and nothing of the run is left on any node."""
 
 from __future__ import annotations
 
@@ -151,4 +152,53 @@ def test_a_requeued_job_comes_back_on_other_nodes_when_one_was_drained(slurm3: A
     drained = next(e for e in result.events if e["kind"] == "fault_inject" and e["fault"] == "slurm-drain")
     assert drained["slurm_node"] in first["nodes"] and drained["slurm_node"] not in second["nodes"]
     assert set(second["nodes"]) != set(first["nodes"])  # the job came back on other nodes, and resumed there
+    _clean(slurm3)
+
+
+def _cancel_at_step(lab: Any, runs: Path, step: int, timeout_s: float = 240) -> dict[str, Any]:
+    """Once a rank of the run under ``runs`` reports ``step``, ``scancel`` its job as an administrator
+    would (not chaos: the test's own thread); what was cancelled."""
+    import json
+    import subprocess
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        for path in runs.glob("*/events/*.jsonl"):
+            for line in path.read_text(errors="replace").splitlines():
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(e, dict) and e.get("kind") == "step" and int(e.get("step") or 0) >= step:
+                    jobs = lab.jobs()
+                    subprocess.run(["scancel", *jobs], env=lab.env, check=False, capture_output=True)
+                    return {"jobs": jobs}
+        time.sleep(0.2)
+    return {"jobs": []}
+
+
+@pytest.mark.chaos(requires=NEEDS)
+def test_a_job_that_slurm_ends_itself_mid_run_is_judged_unknown_naming_the_end(slurm3: Any, tmp_path: Path) -> None:
+    # an administrator's scancel at step 40 of 200: the job did not complete, but not by its own fault
+    import threading
+
+    done: dict[str, Any] = {}
+    canceller = threading.Thread(target=lambda: done.update(_cancel_at_step(slurm3, tmp_path / "runs", 40)))
+    canceller.start()
+    try:
+        result = _run(slurm3, tmp_path, "kill-worker.yaml", topology={"nodes": 2, "nproc_per_node": 1}, schedule=[],
+                      target={**_target("kill-worker.yaml"), "steps": 200, "checkpoint_every": 20,
+                              "args": [*_target("kill-worker.yaml")["args"], "--step-time-ms", "50"]},
+                      checks=["completes", "no_hang"])
+    finally:
+        canceller.join()
+    by = {v.check: v for v in result.verdicts}
+    explain = "\n".join(f"{v.check}: {v.status}: {v.explanation}" for v in result.verdicts)
+    assert done["jobs"], "the test never saw step 40"
+    end = next(e for e in result.events if e["kind"] == "scheduler_job_end")
+    assert end["job_id"] == done["jobs"][0] and end["state"] == "CANCELLED", end
+    assert by["completes"].status == "unknown", explain  # not failed: the job's code did nothing wrong
+    assert f"slurm ended job {end['job_id']} itself" in by["completes"].explanation, explain
+    assert "CANCELLED" in by["completes"].explanation and "It found:" in by["completes"].explanation
+    assert not result.ok
     _clean(slurm3)

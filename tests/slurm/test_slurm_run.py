@@ -1,5 +1,6 @@
 """``chaos run`` and ``chaos doctor --slurm`` on a real Slurm cluster, as a user runs them (issue 16):
-what the cluster cannot take is exit 2 before anything is submitted; an interrupted run cancels its
+what the cluster cannot take is exit 2 before anything is submitted (a disk fault on checkpoints
+the nodes share among it); an interrupted run cancels its
 job; a runner SIGKILLed mid-run (mid network partition) leaves no job and nothing on the nodes, the
 allocation's keeper ending it; the doctor reports the controller, partitions and a job step."""
 
@@ -54,11 +55,14 @@ def _dead_controller(lab: Any, tmp: Path) -> Path:
 
 @pytest.mark.chaos(requires=NEEDS)
 @pytest.mark.parametrize("problem", ["no controller", "unknown partition", "too many nodes",
-                                     "slurmd-kill past SlurmdTimeout"])
+                                     "slurmd-kill past SlurmdTimeout", "disk fault on shared checkpoints"])
 def test_what_the_cluster_cannot_take_is_exit_2_before_anything_is_submitted(
         slurm3: Any, tmp_path: Path, problem: str) -> None:
     path = on_slurm("kill-worker.yaml", slurm3, tmp_path, topology={"nodes": 2, "nproc_per_node": 1})
     env: dict[str, str] = {}
+    if problem == "disk fault on shared checkpoints":  # one FUSE mount per node over one directory: refused
+        path = on_slurm("disk-stall-during-save.yaml", slurm3, tmp_path, topology={"nodes": 2, "nproc_per_node": 1},
+                        checkpoint_dir=tmp_path / "shared")
     if problem == "no controller":
         env["SLURM_CONF"] = str(_dead_controller(slurm3, tmp_path))
         want = ["no Slurm controller answers", "SLURM_CONF"]
@@ -68,6 +72,8 @@ def test_what_the_cluster_cannot_take_is_exit_2_before_anything_is_submitted(
     elif problem == "too many nodes":
         edit(path, lambda d: d["backend"].update(nodes=4))
         want = ["backend.nodes=4", "has 3 node(s)", "lower backend.nodes"]
+    elif problem == "disk fault on shared checkpoints":
+        want = ["node-local checkpoints", "backend.checkpoint_dir"]
     else:  # the lab's SlurmdTimeout is 30 s: Slurm would set the node DOWN, which slurm-down is for
         edit(path, lambda d: d.update(schedule=[{"fault": "slurmd-kill", "node": 1, "duration_s": 45,
                                                  "trigger": {"at_step": 30}}]))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -51,8 +52,19 @@ from chaos.scenario import SlurmBackendSpec, SshBackendSpec
 
 REQUEUE_SETTLE_S = 60.0  # how long a requeued job may take to be pending again
 ENDED_FOR_S = 5.0  # a requeued job seen ended is believed once it has stayed so this long (Slurm's late reports)
+CRED_REVOKED_S = 2  # a requeued job is let start only this many whole seconds after its requeue (see start_after)
 SLURM_ONLY = ("partition", "account", "time_limit", "cpus_per_task", "sbatch_args", "reach", "allocation_timeout_s",
               "requeue", "slurmd_start")
+
+
+def start_after(requeued_t: float, margin_s: int = CRED_REVOKED_S) -> float:
+    """The epoch time (s) from which a requeued job may be let start at once (``StartTime=now``).
+    Requeuing revokes the job's credential on its nodes with a time stamp in whole seconds, and a node
+    refuses any credential of that job id created in that second or before: a job started again within
+    the same second is killed at launch ("Job credential revoked", slurmd: "Job N already killed, do not
+    launch batch job") and ends FAILED. Slurm itself holds a requeued job for ``CredExpire`` + 1 s for
+    this; chaos waits into the ``margin_s``-th whole second after ``requeued_t``."""
+    return float(math.floor(requeued_t) + margin_s)
 
 
 def _int(value: Any) -> int:
@@ -127,6 +139,7 @@ class SlurmBackend(SshBackend):
         self._requeued = False  # requeued, not yet running again: the run waits for it
         self._begin_now = True
         self._restarts_before = 0  # the job's restart count (scontrol show job) before the requeue
+        self._requeued_t = 0.0  # when scontrol requeue returned (epoch s)
         self._resubmitted = False  # the last requeue submitted a new job (a new job id)
         self._jobs: list[str] = []  # the run's job ids, in order (a resubmitted run has several)
 
@@ -135,8 +148,14 @@ class SlurmBackend(SshBackend):
         preflight_slurm(self.slurm, self.run_id, self.python)
 
     def fuse_status(self) -> tuple[bool, str]:
-        return False, ("disk faults are not yet supported on backend slurm (the FUSE mount on each allocated node); "
-                       "use backend ssh or netns for them")
+        """Whether disk faults can work: node-local checkpoints (each node's FUSE mount over its own
+        run directory, as on ``ssh``). FUSE itself on each node can only be asked once the job runs:
+        the mount, before any agent starts, raises naming the node that cannot."""
+        if self.slurm.checkpoint_dir is not None:
+            return False, ("on backend slurm, disk faults need node-local checkpoints: leave backend.checkpoint_dir "
+                           "out (a FUSE mount on each node over one shared directory would split its checkpoints; "
+                           "so a disk fault and a requeue, which needs the shared directory, do not go together)")
+        return True, ""
 
     def _submitted(self, alloc: Allocation) -> None:
         """The job is Slurm's now: recorded (manifest, journal) before anything else can happen."""
@@ -295,6 +314,7 @@ class SlurmBackend(SshBackend):
             before = self._restarts(job)
             commands.run("scontrol", "requeue", job)  # (refused: the sessions are ended all the same, the run ends)
             self._restarts_before = before
+            self._requeued_t = time.time()
         self._resubmitted = resubmit
         self._requeued = True
         self._begin_now = begin_now
@@ -355,7 +375,8 @@ class SlurmBackend(SshBackend):
         may still say RUNNING (the old incarnation: the restart count grows before the state changes),
         COMPLETING, REQUEUED, or even FAILED (the killed batch script's exit, before the requeue is
         through): so first its restart count must have grown and it must pend (a requeued job always
-        pends first: Slurm holds it with a BeginTime, lifted here with ``begin_now``)."""
+        pends first: Slurm holds it with a BeginTime, lifted here with ``begin_now``, but not within the
+        second of the requeue: :func:`start_after`)."""
         deadline = time.monotonic() + REQUEUE_SETTLE_S
         last = "?"
         while True:
@@ -366,6 +387,7 @@ class SlurmBackend(SshBackend):
             last = rec.get("JobState", last)
             if _int(rec.get("Restarts")) > self._restarts_before and last in ("PENDING", "CONFIGURING"):
                 if last == "PENDING" and self._begin_now:
+                    time.sleep(max(0.0, start_after(self._requeued_t) - time.time()))  # its old credential
                     commands.run("scontrol", "update", f"JobId={alloc.job_id}", "StartTime=now", check=False)
                 break
             if time.monotonic() > deadline:
@@ -403,6 +425,27 @@ class SlurmBackend(SshBackend):
                                 error=f"steps {left} of job {self.allocation.job_id} still run after 30 s")
         for node in lost:
             self._clean_node(self.allocation.names[node])
+
+    def _note_outside_end(self, job_id: str, wait_s: float = 30.0) -> None:
+        """If Slurm already ended the job before chaos came to cancel it (its time limit, an administrator's
+        ``scancel``, a preemption, a node failure no fault of the schedule caused), a ``scheduler_job_end``
+        event with Slurm's state, reason and end time: the checks then cannot blame the job for what
+        that end did to it (:mod:`chaos.verdicts.outside`)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                rec = commands.job(job_id) or {}
+            except ChaosError:
+                return  # no answer: nothing known, nothing claimed
+            state = rec.get("JobState", "")
+            if state != "COMPLETING" or time.monotonic() > deadline:
+                break  # (a job being ended says how it ended once its nodes are done: KillWait)
+            time.sleep(0.5)
+        if state not in alloc_mod.ENDED_BY_SLURM or (state == "NODE_FAIL" and self._downed):  # (that: the fault's)
+            return
+        self.log.record("scheduler_job_end", scheduler="slurm", job_id=job_id, state=state,
+                        reason=rec.get("Reason", ""), end_t=commands.epoch(rec.get("EndTime")),
+                        why=alloc_mod.ENDED_BY_SLURM[state])
 
     def _lost_link(self, node: int) -> bool:
         link = self.links.get(node)
@@ -445,6 +488,7 @@ class SlurmBackend(SshBackend):
 
     def _end_job(self) -> None:
         assert self.allocation is not None
+        self._note_outside_end(self.allocation.job_id)
         try:
             last = alloc_mod.cancel(self.allocation)
         except (ChaosError, OSError) as exc:

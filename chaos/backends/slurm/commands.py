@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from typing import Any
 
 from chaos.errors import ChaosError
@@ -138,3 +139,12 @@ def config_seconds(key: str) -> float | None:
             except ValueError:
                 return None
     return None
+
+
+def epoch(stamp: str | None) -> float | None:
+    """A time stamp as Slurm's tools print it (``2026-12-02T18:57:44``, this machine's local time) in
+    epoch seconds; None for ``Unknown``, ``None`` or anything else. Pure but for the local time zone."""
+    try:
+        return time.mktime(time.strptime(stamp or "", "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
