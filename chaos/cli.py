@@ -119,9 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--hosts", type=Path, default=None, metavar="FILE",
                      help="check the ssh hosts a scenario (backend: {kind: ssh, hosts: ...}) or inventory file names "
                      "instead: reachable, host key, python and torch there, root, netem, iptables, FUSE")
-    doc.add_argument("--slurm", action="store_true",
+    doc.add_argument("--slurm", nargs="?", const=True, default=False, metavar="SCENARIO",
                      help="check the Slurm cluster SLURM_CONF (or this login node) points at instead: the controller, "
-                     "partitions and idle nodes, a job step on one node (srun, --overlap), python and torch there, root")
+                     "partitions and idle nodes, a job step on one node (srun, --overlap), python and torch there, root; "
+                     "given a scenario with backend kind slurm, its partition and python, and with reach: ssh an SSH "
+                     "login to a node as the run makes it")
     doc.add_argument("--partition", default=None, help="with --slurm: the partition to run the job step in")
 
     cln = sub.add_parser("cleanup", help="undo what crashed runs left (processes, mounts, chains, namespaces, containers)",
@@ -296,9 +298,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
         rows = [Finding(**r) for r in doctor_hosts(load_hosts(args.hosts))]
     elif args.slurm:
-        from chaos.backends.slurm.doctor import doctor_slurm
+        from chaos.backends.slurm.doctor import doctor_slurm, load_slurm_backend
 
-        rows = [Finding(**r) for r in doctor_slurm(args.partition)]
+        spec = load_slurm_backend(Path(args.slurm)) if isinstance(args.slurm, str) else None
+        rows = [Finding(**r) for r in doctor_slurm(args.partition, spec=spec)]
     else:
         rows = findings()
     if args.json:

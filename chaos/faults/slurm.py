@@ -4,7 +4,8 @@ job step or to every step, as Slurm signals a job before its time limit or a pre
 ``slurm-requeue`` (a preemption that requeues the job: it comes back on a new allocation) and
 ``slurmd-kill`` (the node's Slurm daemon killed, started again after a while). They act
 through the backend (:class:`chaos.backends.slurm.backend.SlurmBackend`), which knows the job and
-its nodes; on any other backend they are exit 2 before anything starts.
+its nodes; on any other backend they are exit 2 before anything starts, and so are ``slurm-signal`` and
+``slurm-requeue`` with ``reach: ssh`` (Slurm signals the job's steps; the agents are in none then).
 """
 
 from __future__ import annotations
@@ -22,6 +23,14 @@ def _slurm(env: FaultEnv, fault: str) -> Any:
         raise CapabilityError("slurm", f"fault {fault} acts through Slurm, which backend.kind="
                               f"{getattr(backend, 'kind', '?')!r} does not have; use backend: {{kind: slurm}}")
     return backend
+
+
+def _in_steps(backend: Any, fault: str) -> None:
+    """Refuse ``fault`` where the agents run outside the job's steps (``reach: ssh``): Slurm signals a
+    job's steps, and a login's processes are in none (raises :class:`~chaos.errors.CapabilityError`)."""
+    if getattr(backend.slurm, "reach", "srun") != "srun":
+        raise CapabilityError("slurm", f"{fault}: Slurm signals the job's steps, and with backend.reach: ssh the "
+                              "agents run outside them (the signal would reach no worker); use reach: srun for it")
 
 
 class _NodeState(SpecFault):
@@ -83,7 +92,7 @@ class SlurmSignal(SpecFault):
     spec: SlurmSignalFault
 
     def preflight(self, env: FaultEnv) -> None:
-        _slurm(env, "slurm-signal")
+        _in_steps(_slurm(env, "slurm-signal"), "slurm-signal")
 
     def ranks(self, env: FaultEnv) -> set[int] | None:
         if self.spec.node is None:
@@ -121,6 +130,7 @@ class SlurmRequeue(SpecFault):
 
     def preflight(self, env: FaultEnv) -> None:
         backend = _slurm(env, "slurm-requeue")
+        _in_steps(backend, "slurm-requeue")
         if not backend.slurm.requeue and not self.spec.resubmit:
             raise CapabilityError("slurm", "slurm-requeue: the job is submitted with --no-requeue, which Slurm "
                                   "will not requeue; set backend.requeue: true (sbatch --requeue), or resubmit: true on "

@@ -108,12 +108,9 @@ class DockerBackendSpec(NodesSpec):
                                "in 10.214.0.0/16.")
 
 
-class SshHostSpec(_Model):
-    """One host of the ``ssh`` backend. Authentication is by key file or SSH agent only: a scenario
-    file never holds a password."""
+class LoginSpec(_Model):
+    """An SSH login: by key file or SSH agent only, a scenario file never holds a password."""
 
-    address: str = Field(min_length=1, max_length=253, description="Host name or IP address; the other hosts "
-                         "and this runner reach it there (torchrun --local-addr).")
     user: str | None = Field(default=None, max_length=64, description="Login user (default: yours).")
     port: int = Field(default=22, ge=1, le=65535, description="sshd's port.")
     key: str | None = Field(default=None, max_length=4096, description="Private key file (default: ssh-agent, "
@@ -128,7 +125,25 @@ class SshHostSpec(_Model):
         return data
 
 
-class SshBackendSpec(NodesSpec):
+class SshHostSpec(LoginSpec):
+    """One host of the ``ssh`` backend. Authentication is by key file or SSH agent only: a scenario
+    file never holds a password."""
+
+    address: str = Field(min_length=1, max_length=253, description="Host name or IP address; the other hosts "
+                         "and this runner reach it there (torchrun --local-addr).")
+
+
+class HostKeysSpec(_Model):
+    """How the hosts' SSH host keys are checked (the ``ssh`` backend, and ``slurm`` with ``reach: ssh``)."""
+
+    known_hosts: str | None = Field(default=None, description="known_hosts file the host keys are checked "
+                                    "against; default ~/.ssh/known_hosts.")
+    host_key_policy: Literal["reject", "accept-new"] = Field(
+        default="reject", description="reject: a host whose key is not in known_hosts is refused; accept-new: "
+        "trust an unknown host's key on first use and add it (never a changed key).")
+
+
+class SshBackendSpec(NodesSpec, HostKeysSpec):
     """Every node is a host reached over SSH (paramiko), with its own processes, clock and disk: one
     torchrun agent per host, driven by a host daemon (``chaos.backends.ssh.hostd``) the runner starts
     there. Host keys are checked against ``known_hosts``."""
@@ -152,11 +167,6 @@ class SshBackendSpec(NodesSpec):
                          "write it.")
     python: str | None = Field(default=None, description="The interpreter on the hosts (with torch and chaos); "
                                "default: this runner's interpreter path.")
-    known_hosts: str | None = Field(default=None, description="known_hosts file the host keys are checked "
-                                    "against; default ~/.ssh/known_hosts.")
-    host_key_policy: Literal["reject", "accept-new"] = Field(
-        default="reject", description="reject: a host whose key is not in known_hosts is refused; accept-new: "
-        "trust an unknown host's key on first use and add it (never a changed key).")
     checkpoint_dir: str | None = Field(
         default=None, description="A directory every host shares (NFS, Lustre, ...): the run's checkpoints go to "
         "<checkpoint_dir>/<run id> ({checkpoint_dir} in target args), which every node reads, as a job whose rank 0 "
@@ -187,6 +197,11 @@ class SshBackendSpec(NodesSpec):
         return self
 
 
+class SlurmSshSpec(LoginSpec, HostKeysSpec):
+    """How chaos logs in to the allocated nodes with ``reach: ssh`` (the nodes' own addresses, as Slurm
+    names them). Authentication is by key file or SSH agent only."""
+
+
 class SlurmBackendSpec(NodesSpec):
     """The job as a Slurm cluster launches it: chaos submits an allocation of ``nodes`` nodes with
     ``sbatch`` (the Slurm command-line tools, pointed at the cluster by ``SLURM_CONF`` or the login
@@ -205,8 +220,13 @@ class SlurmBackendSpec(NodesSpec):
                                    "its command line (e.g. [--qos=debug, --constraint=cpu]).")
     requeue: bool = Field(default=False, description="sbatch --requeue: Slurm may requeue the job (a preemption, "
                           "the slurm-requeue fault); default --no-requeue, so a job that fails ends.")
-    reach: Literal["srun"] = Field(default="srun", description="How chaos reaches an allocated node: srun (a job "
-                                   "step per node, srun --overlap --jobid J -w NODE; no SSH to the nodes needed).")
+    reach: Literal["srun", "ssh"] = Field(
+        default="srun", description="How chaos reaches an allocated node: srun (a job step per node, srun --overlap "
+        "--jobid J -w NODE; no SSH to the nodes needed; the agents run inside the job's steps) or ssh (an SSH login to "
+        "each node, as backend.ssh says; the agents run outside any step, and chaos ends them when Slurm ends the job "
+        "on their node, as pam_slurm_adopt would; slurm-signal and slurm-requeue need srun).")
+    ssh: SlurmSshSpec | None = Field(default=None, description="With reach: ssh, how to log in to the nodes "
+                                     "(default: your user, port 22, ssh-agent or ~/.ssh keys, ~/.ssh/known_hosts).")
     slurmd_start: list[str] = Field(
         default_factory=lambda: ["ssh", "{node}", "sudo", "systemctl", "start", "slurmd"], min_length=1, max_length=32,
         description="The command, run where chaos runs, that starts slurmd on a node again after the slurmd-kill "
@@ -224,6 +244,9 @@ class SlurmBackendSpec(NodesSpec):
 
     @model_validator(mode="after")
     def _paths(self) -> SlurmBackendSpec:
+        if self.ssh is not None and self.reach != "ssh":
+            raise ValueError("backend.ssh is how chaos logs in with reach: ssh; set reach: ssh, or leave ssh out "
+                             "(reach: srun needs no login)")
         for name in ("workdir", "checkpoint_dir"):
             value = getattr(self, name)
             if value is not None and not os.path.isabs(value):

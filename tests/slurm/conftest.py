@@ -74,7 +74,7 @@ def node_leftovers(lab: Any, i: int) -> list[str]:
     """What of chaos is left on node ``i``: a process but its init and slurmd, chains, files in its workdir."""
     ps = lab.exec(i, ["ps", "-eo", "pid,args"]).stdout.splitlines()[1:]
     out = [f"process {ln.strip()}" for ln in ps
-           if not any(k in ln for k in ("slurmd -D", "ps -eo", "sh -c hostname"))]
+           if not any(k in ln for k in ("slurmd -D", "ps -eo", "sh -c hostname", "sshd: /usr/sbin/sshd -f"))]  # (its sshd)
     rules = lab.exec(i, ["iptables", "-w", "5", "-S"]).stdout.splitlines()
     out += [f"iptables {ln}" for ln in rules if "CHAOS-" in ln]
     out += [f"file {lab.workdir}/{name}" for name in lab.exec(i, ["ls", "-A", lab.workdir]).stdout.split()]

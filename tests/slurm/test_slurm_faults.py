@@ -2,7 +2,8 @@
 a preemption that requeues the job.
 
 An elastic job (3 nodes, --nnodes=2:3, submitted with --no-kill) loses the node Slurm set DOWN: Slurm
-kills its job step, the survivors regroup and train on, and the verdict names the node state change as
+kills its job step (reached over SSH instead, the node's daemon ends the agent there, as
+pam_slurm_adopt would), the survivors regroup and train on, and the verdict names the node state change as
 the cause. The same fault on a job of a fixed world size ends the job: the verdict fails (the check
 can fail). A SIGTERM to every job step stops the job, and the verdict puts the workers' exits down to
 the fault. A preempted and requeued job comes back on a new allocation and resumes from its checkpoint;
@@ -46,9 +47,13 @@ def _clean(lab: Any) -> None:
 
 
 @pytest.mark.chaos(requires=NEEDS)
-def test_a_node_set_down_is_lost_and_the_elastic_job_regroups_naming_the_cause(slurm3: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("reach", ["srun", "ssh"])
+def test_a_node_set_down_is_lost_and_the_elastic_job_regroups_naming_the_cause(slurm3: Any, tmp_path: Path,
+                                                                               reach: str) -> None:
+    # reach ssh: the agents run outside the job's steps, and the node's daemon ends them once it sees its node DOWN
     schedule = [{"fault": "slurm-down", "node": 2, "trigger": {"at_step": 60}}]
-    result = _run(slurm3, tmp_path, "node-loss-elastic.yaml", schedule=schedule,
+    login = {"reach": "ssh", "ssh": slurm3.ssh_spec()} if reach == "ssh" else {}
+    result = _run(slurm3, tmp_path, "node-loss-elastic.yaml", schedule=schedule, topology=login,
                   checks=["completes", "regrouped", "restored_from_checkpoint", "no_hang"])
     by = {v.check: v for v in result.verdicts}
     explain = "\n".join(f"{v.check}: {v.status}: {v.explanation}" for v in result.verdicts)
@@ -58,6 +63,7 @@ def test_a_node_set_down_is_lost_and_the_elastic_job_regroups_naming_the_cause(s
     inject = next(e for e in result.events if e["kind"] == "fault_inject")
     assert inject["slurm_node"] == slurm3.names[2] and inject["state"] == "DOWN"
     assert any(e["kind"] == "host_lost" and e["node"] == 2 for e in result.events)
+    assert next(e for e in result.events if e["kind"] == "slurm_submit")["reach"] == reach
     _clean(slurm3)
 
 

@@ -70,6 +70,34 @@ def test_the_allocation_becomes_the_ssh_backend_s_hosts() -> None:
     assert hosts.min_nodes == 2 and hosts.workdir == "/scratch/chaos" and hosts.checkpoint_dir == "/lustre/ck"
 
 
+def test_reached_over_ssh_the_allocation_s_hosts_are_logged_in_to_as_backend_ssh_says() -> None:
+    hosts = as_hosts(spec(reach="ssh", ssh={"user": "alice", "port": 2222, "key": "~/.ssh/id_lab",
+                                            "known_hosts": "/etc/ssh/known", "host_key_policy": "accept-new"}),
+                     ["a", "b", "c"])
+    assert [(h.address, h.user, h.port, h.key) for h in hosts.hosts] == [(a, "alice", 2222, "~/.ssh/id_lab")
+                                                                         for a in "abc"]
+    assert hosts.known_hosts == "/etc/ssh/known" and hosts.host_key_policy == "accept-new"
+    plain = as_hosts(spec(reach="ssh"), ["a"] * 3).hosts[0]
+    assert (plain.user, plain.port, plain.key) == (None, 22, None)  # yours, 22, ssh-agent or ~/.ssh
+
+
+@pytest.mark.parametrize(("env", "want"), [
+    ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "3"}, ("7", None)),  # in a job step: Slurm says
+    ({"CHAOS_SLURM_JOB_ID": "8", "CHAOS_SLURM_NODE": "n2"}, ("8", "n2")),  # reached over SSH: the runner says
+    ({"SLURM_JOB_ID": "7"}, None),  # an allocation's shell, not a step of chaos's
+    ({}, None),  # another backend's daemon
+])
+def test_the_node_daemon_watches_the_job_its_step_or_its_runner_names(monkeypatch: pytest.MonkeyPatch,
+                                                                     env: dict[str, str], want: object) -> None:
+    from chaos.backends.slurm.hostd_slurm import watched
+
+    for k in ("SLURM_JOB_ID", "SLURM_STEP_ID", "CHAOS_SLURM_JOB_ID", "CHAOS_SLURM_NODE"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert watched() == want
+
+
 def test_the_slurm_commands_do_not_inherit_an_allocation_or_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "99")
     monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")
@@ -81,7 +109,9 @@ def test_the_slurm_commands_do_not_inherit_an_allocation_or_a_run(monkeypatch: p
 @pytest.mark.parametrize(("field", "value", "needle"), [
     ("workdir", "scratch", "must be an absolute path"),
     ("sbatch_args", ["job.sh"], "is not an option"),
-    ("reach", "ssh", "reach"),
+    ("reach", "rsh", "reach"),
+    ("ssh", {"user": "root"}, "set reach: ssh"),  # a login, but reach: srun needs none
+    ("ssh", {"password": "x"}, "no passwords"),
     ("nodes", 0, "nodes"),
 ])
 def test_bad_slurm_fields_name_the_field(field: str, value: object, needle: str) -> None:

@@ -7,7 +7,10 @@ hostnames``, each node's ``NodeAddr``). Node ``i`` is the allocation's ``i``-th 
 step (``srun --jobid J --overlap -w NODE``, :class:`~chaos.backends.slurm.link.StepLink`) runs the
 ``ssh`` backend's host daemon, which starts that node's torchrun agent inside the step: the agent and
 its workers run under ``slurmstepd`` with the job's ``SLURM_*`` environment, in the job's cgroup on a
-real cluster. From there on everything is the ``ssh`` backend's (:class:`SshBackend`): events, logs
+real cluster. With ``reach: ssh`` chaos logs in to each node instead
+(:class:`~chaos.backends.slurm.link.NodeLogin`, as ``backend.ssh`` says) and the daemon runs outside
+the job's steps, ending the run on its node when Slurm ends the job there
+(:mod:`chaos.backends.slurm.hostd_slurm`). From there on everything is the ``ssh`` backend's (:class:`SshBackend`): events, logs
 and checkpoints on each node pushed or read through its daemon, pids that name their node, clocks
 measured, c10d rendezvous on the first node's address, network faults in the node's own network.
 
@@ -43,9 +46,10 @@ from chaos.backends.base import LaunchSpec
 from chaos.backends.slurm import allocation as alloc_mod
 from chaos.backends.slurm import commands
 from chaos.backends.slurm.allocation import Allocation
-from chaos.backends.slurm.link import STEP_NAME, StepLink
+from chaos.backends.slurm.hostd_slurm import JOB_ENV, NODE_ENV
+from chaos.backends.slurm.link import STEP_NAME, NodeLogin, StepLink
 from chaos.backends.ssh.backend import SshBackend, check_link
-from chaos.backends.ssh.link import HostLink
+from chaos.backends.ssh.link import HostLink, default_known_hosts
 from chaos.errors import CapabilityError, ChaosError
 from chaos.history import RunnerLog
 from chaos.scenario import SlurmBackendSpec, SshBackendSpec
@@ -54,7 +58,7 @@ REQUEUE_SETTLE_S = 60.0  # how long a requeued job may take to be pending again
 ENDED_FOR_S = 5.0  # a requeued job seen ended is believed once it has stayed so this long (Slurm's late reports)
 CRED_REVOKED_S = 2  # a requeued job is let start only this many whole seconds after its requeue (see start_after)
 SLURM_ONLY = ("partition", "account", "time_limit", "cpus_per_task", "sbatch_args", "reach", "allocation_timeout_s",
-              "requeue", "slurmd_start")
+              "requeue", "slurmd_start", "ssh")
 
 
 def start_after(requeued_t: float, margin_s: int = CRED_REVOKED_S) -> float:
@@ -75,9 +79,14 @@ def _int(value: Any) -> int:
 
 
 def as_hosts(spec: SlurmBackendSpec, addresses: list[str]) -> SshBackendSpec:
-    """The allocation as the ``ssh`` backend's hosts: node i at ``addresses[i]``. Pure."""
+    """The allocation as the ``ssh`` backend's hosts: node i at ``addresses[i]``, logged in to as
+    ``spec.ssh`` says (``reach: ssh``). Pure."""
     data = spec.model_dump(exclude=set(SLURM_ONLY))
-    return SshBackendSpec.model_validate({**data, "kind": "ssh", "hosts": [{"address": a} for a in addresses]})
+    login = spec.ssh.model_dump() if spec.ssh is not None else {}
+    host = {k: login[k] for k in ("user", "port", "key") if k in login}
+    keys = {k: login[k] for k in ("known_hosts", "host_key_policy") if k in login}
+    return SshBackendSpec.model_validate({**data, **keys, "kind": "ssh",
+                                          "hosts": [{"address": a, **host} for a in addresses]})
 
 
 def preflight_slurm(spec: SlurmBackendSpec, run_id: str = "preflight", python: str | None = None) -> dict[str, Any]:
@@ -93,6 +102,7 @@ def preflight_slurm(spec: SlurmBackendSpec, run_id: str = "preflight", python: s
     if why:
         raise CapabilityError("slurm", f"no Slurm controller answers (`scontrol ping`: {why[:300]}); run chaos on a "
                               "login node of the cluster, or point SLURM_CONF at the cluster's slurm.conf")
+    preflight_login(spec)
     part = commands.partition(spec.partition)
     if part is None:
         known = commands.run("sinfo", "-h", "-o", "%R", check=False).stdout.split()
@@ -121,8 +131,25 @@ def preflight_slurm(spec: SlurmBackendSpec, run_id: str = "preflight", python: s
     return {"partition": name, "nodes": names, "usable": usable}
 
 
+def preflight_login(spec: SlurmBackendSpec) -> None:
+    """With ``reach: ssh``, what can be checked of the login before the nodes are known: the key file
+    and the known_hosts file. Raises :class:`~chaos.errors.CapabilityError` naming the field."""
+    if spec.reach != "ssh":
+        return
+    login = spec.ssh
+    if login is not None and login.key is not None and not os.path.isfile(os.path.expanduser(login.key)):
+        raise CapabilityError("slurm", f"backend.ssh.key={login.key!r} is not a file here; give the private key "
+                              "the nodes accept, or leave key out for ssh-agent and ~/.ssh keys")
+    known = (os.path.expanduser(login.known_hosts) if login is not None and login.known_hosts
+             else str(default_known_hosts()))
+    if not os.path.isfile(known) and (login is None or login.host_key_policy == "reject"):
+        raise CapabilityError("slurm", f"known_hosts file {known} does not exist, and with reach: ssh every allocated "
+                              "node's host key is checked against it; set backend.ssh.known_hosts (your cluster's "
+                              "ssh_known_hosts), or backend.ssh.host_key_policy: accept-new")
+
+
 class SlurmBackend(SshBackend):
-    """Nodes allocated by Slurm, reached through job steps (see the module docstring). Implements
+    """Nodes allocated by Slurm, reached through job steps or SSH logins (see the module docstring). Implements
     :class:`chaos.backends.base.Backend`."""
 
     kind = "slurm"
@@ -163,12 +190,41 @@ class SlurmBackend(SshBackend):
         self._jobs.append(alloc.job_id)
         self.manifest.add("slurm_job", job_id=alloc.job_id, name=alloc_mod.job_name(self.run_id))
         self.log.record("slurm_submit", job_id=alloc.job_id, name=alloc_mod.job_name(self.run_id),
-                        partition=self.slurm.partition, nodes=self.slurm.nodes)
+                        partition=self.slurm.partition, nodes=self.slurm.nodes, reach=self.slurm.reach)
 
     def _link(self, node: int) -> HostLink:
+        """A link to ``node``: a job step there (``reach: srun``), or an SSH login (``reach: ssh``)."""
         assert self.allocation is not None
+        if self.slurm.reach == "ssh":
+            h = self.spec.hosts[node]
+            return NodeLogin(self.allocation.names[node], h.address, h.port, h.user, h.key, self.spec.known_hosts,
+                             self.spec.host_key_policy == "accept-new").connect()
         return StepLink(self.allocation.job_id, self.allocation.names[node], self.allocation.addresses[node],
                         self.slurm.cpus_per_task)
+
+    def _daemon_argv(self, node: int) -> list[str]:
+        """The ``ssh`` backend's; over SSH (``reach: ssh``) with the job and the node the daemon is to
+        watch (:mod:`chaos.backends.slurm.hostd_slurm`: a daemon in a job step learns them from Slurm),
+        and this runner's ``SLURM_CONF`` where one is set, for the Slurm tools it runs there."""
+        argv = super()._daemon_argv(node)
+        if self.slurm.reach != "ssh" or self.allocation is None:
+            return argv
+        conf = os.environ.get("SLURM_CONF")
+        return ["env", f"{JOB_ENV}={self.allocation.job_id}", f"{NODE_ENV}={self.allocation.names[node]}",
+                *([f"SLURM_CONF={conf}"] if conf else []), *argv]
+
+    def _check_nodes(self, script: str | None) -> None:
+        """Check every allocated node can run the job (:func:`check_link`), all at once."""
+        def check(node: int) -> None:
+            link = self._link(node)
+            try:
+                check_link(link, self.python, script, "slurm")
+            finally:
+                link.close()
+
+        with ThreadPoolExecutor(max_workers=self.nodes) as pool:
+            for fut in [pool.submit(check, n) for n in range(self.nodes)]:
+                fut.result()
 
     def start(self, launch: LaunchSpec) -> None:
         """Submit the allocation, wait until it runs, check its nodes, then start as the ``ssh`` backend
@@ -184,10 +240,7 @@ class SlurmBackend(SshBackend):
         self.log.record("slurm_allocation", **self.allocation.as_dict(), incarnation=0,
                         wait_s=round((self.allocation.running_t or 0) - self.allocation.submitted_t, 3))
         self.spec = as_hosts(self.slurm, self.allocation.addresses)
-        script = launch.script
-        with ThreadPoolExecutor(max_workers=self.nodes) as pool:
-            for fut in [pool.submit(check_link, self._link(n), self.python, script, "slurm") for n in range(self.nodes)]:
-                fut.result()
+        self._check_nodes(launch.script)
         super().start(launch)
 
     def _on_push(self, node: int, msg: dict[str, Any]) -> None:
@@ -353,10 +406,7 @@ class SlurmBackend(SshBackend):
         self.spec = as_hosts(self.slurm, alloc.addresses)
         self.links, self.hello, self.offsets, self.iface = {}, {}, {}, {}
         self._agent, self._log_offsets, self._connected = {}, {}, False
-        with ThreadPoolExecutor(max_workers=self.nodes) as pool:
-            for fut in [pool.submit(check_link, self._link(n), self.python, launch.script, "slurm")
-                        for n in range(self.nodes)]:
-                fut.result()
+        self._check_nodes(launch.script)
 
         def republish() -> None:  # the gates already opened stay open on the new nodes (fresh run directories)
             for link in self.links.values():

@@ -4,17 +4,21 @@ Rows (group, name, status, detail) as :mod:`chaos.doctor` prints them: Slurm's t
 controller (``scontrol ping``), each partition with its nodes and how many are idle, and, through one
 short real job step on one idle node (``srun -N1 --immediate``), whether chaos reaches a node the
 way the backend does (a job step; ``--overlap`` inside it), the interpreter there with torch and
-chaos, and root (network and disk faults need it on the nodes).
+chaos, and root (network and disk faults need it on the nodes). Given a scenario whose backend has
+``reach: ssh`` (``chaos doctor --slurm FILE``), also an SSH login to a node, as the run would make it:
+a one-node job holds the node meanwhile (a cluster with ``pam_slurm_adopt`` lets you in only then).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from chaos.backends.slurm import commands
-from chaos.errors import ChaosError
+from chaos.errors import ChaosError, ScenarioError
+from chaos.scenario import SlurmBackendSpec
 
 PROBE = ("import json, os, socket, sys; out = {'python': sys.executable, 'euid': os.geteuid(), "
          "'host': socket.gethostname()}\n"
@@ -46,8 +50,33 @@ def partitions() -> list[dict[str, Any]]:
     return list(found.values())
 
 
-def doctor_slurm(partition: str | None = None, python: str | None = None) -> list[dict[str, str]]:
-    """The rows (see the module docstring). Never raises for what is missing: its row says why."""
+def load_slurm_backend(path: Path) -> SlurmBackendSpec:
+    """The ``slurm`` backend of the scenario file ``path``. Raises :class:`~chaos.errors.ScenarioError`
+    naming the field and the fix."""
+    from pydantic import ValidationError
+
+    from chaos.load.parse import parse_yaml, read_scenario_text
+
+    data: Any = parse_yaml(read_scenario_text(Path(path)), str(path), "the scenario")[0]
+    backend = data.get("backend") if isinstance(data, dict) else None
+    if not isinstance(backend, dict) or backend.get("kind") != "slurm":
+        raise ScenarioError([f"{path}: backend.kind={backend.get('kind') if isinstance(backend, dict) else None!r}; "
+                             "doctor --slurm FILE needs a scenario with backend: {kind: slurm, ...}"])
+    try:
+        return SlurmBackendSpec.model_validate(backend)
+    except ValidationError as exc:
+        raise ScenarioError([f"{path}: backend.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                             for e in exc.errors()]) from exc
+
+
+def doctor_slurm(partition: str | None = None, python: str | None = None,
+                 spec: SlurmBackendSpec | None = None) -> list[dict[str, str]]:
+    """The rows (see the module docstring); with a scenario's backend ``spec``, its partition and
+    interpreter (unless given), and with ``reach: ssh`` a login row. Never raises for what is
+    missing: its row says why."""
+    if spec is not None:
+        partition = partition or spec.partition
+        python = python or spec.python
     tool = commands.missing_tool()
     rows = [_row("client tools", f"{tool} is not installed here (apt-get install slurm-client, or run chaos on the "
                  "cluster's login node)" if tool else None, "sbatch, srun, squeue, scontrol, sinfo, scancel")]
@@ -72,7 +101,50 @@ def doctor_slurm(partition: str | None = None, python: str | None = None) -> lis
                          f"{', '.join(p['name'] for p in parts)})", ""))
         return rows
     rows += _node_rows(partition, python or sys.executable)
+    if spec is not None and spec.reach == "ssh":
+        rows.append(_login_row(spec, partition, python or sys.executable))
     return rows
+
+
+def _login_row(spec: SlurmBackendSpec, partition: str | None, python: str) -> dict[str, str]:
+    """An SSH login to one node held by a short job of its own, as ``reach: ssh`` logs in (``spec.ssh``),
+    and the interpreter run there; the job cancelled after."""
+    import contextlib
+
+    from chaos.backends.slurm.allocation import Allocation, wait_running
+    from chaos.backends.slurm.backend import as_hosts, preflight_login
+    from chaos.backends.slurm.link import NodeLogin
+
+    name = "reach a node (ssh)"
+    try:
+        preflight_login(spec)
+    except ChaosError as exc:
+        return _row(name, str(exc), "")
+    out = commands.run("sbatch", "--parsable", "--nodes=1", "--ntasks=1", "--time=3", "--job-name=chaos-doctor",
+                       "--output=/dev/null", *([f"--partition={partition}"] if partition else []),
+                       "--wrap", "sleep 300", check=False)
+    job = out.stdout.strip().split(";")[0]
+    if out.returncode != 0 or not job:
+        return _row(name, f"sbatch of a one-node job to log in to failed: {out.stderr.strip()[-300:]}", "")
+    try:
+        alloc = wait_running(Allocation(job), 60)
+        hosts = as_hosts(spec.model_copy(update={"nodes": 1, "min_nodes": None}), alloc.addresses)  # the one node
+        host = hosts.hosts[0]
+        link = NodeLogin(alloc.names[0], host.address, host.port, host.user, host.key, hosts.known_hosts,
+                         hosts.host_key_policy == "accept-new").connect()
+        try:
+            rc, stdout, stderr = link.run([python, "-c", "import sys; print(sys.executable)"])
+        finally:
+            link.close()
+    except ChaosError as exc:
+        return _row(name, str(exc), "")
+    finally:
+        with contextlib.suppress(ChaosError):
+            commands.cancel(job)
+    if rc != 0:
+        return _row(name, f"logged in to {alloc.names[0]} as {link.user}, but {python} does not run there "
+                    f"({stderr.strip()[-200:]}); set backend.python", "")
+    return _row(name, None, f"logged in to {alloc.names[0]} ({host.address}) as {link.user}; {stdout.strip()} runs there")
 
 
 def _node_rows(partition: str | None, python: str) -> list[dict[str, str]]:

@@ -4,6 +4,14 @@ limit, a requeue) the daemon's stdin may never close: the ``srun`` that carried 
 node is DOWN and was not told. So the daemon watches the job's state (``squeue``, every
 :data:`WATCH_S` s) and, once Slurm says twice in a row that the job no longer runs, undoes the run on
 its node (the run's processes, chains, qdiscs; then its run directory) and exits.
+
+A daemon reached over SSH (``reach: ssh``) is in no step of the job: Slurm would not end the run's
+processes on its node at all, where a cluster's ``pam_slurm_adopt`` puts an SSH login's processes in
+the job and ends them with it. The runner names the job and the node (``CHAOS_SLURM_JOB_ID``,
+``CHAOS_SLURM_NODE``), and the daemon does what that adoption would: it ends the run on its node once
+the job no longer runs, or once its node is no longer the job's (a node set DOWN is taken out of a
+job that runs on without it, ``--no-kill``, and Slurm kills the job's processes there), each seen
+twice in a row.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import threading
 from typing import Any
 
 WATCH_S = 3.0
+JOB_ENV, NODE_ENV = "CHAOS_SLURM_JOB_ID", "CHAOS_SLURM_NODE"  # set by the runner for a daemon reached over SSH
 
 
 def job_state(job_id: str) -> str | None:
@@ -28,21 +37,52 @@ def job_state(job_id: str) -> str | None:
     return "GONE" if "Invalid job id" in out.stderr else None
 
 
+def job_has_node(job_id: str, name: str) -> bool | None:
+    """Whether node ``name`` is among the running job's nodes (``squeue``'s node list, expanded by
+    ``scontrol show hostnames``); None if it cannot be asked."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%N"], capture_output=True, text=True, timeout=20,
+                             stdin=subprocess.DEVNULL)
+        listed = out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else ""
+        if not listed:
+            return None
+        names = subprocess.run(["scontrol", "show", "hostnames", listed], capture_output=True, text=True,
+                               timeout=20, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if names.returncode != 0:
+        return None
+    return name in names.stdout.split()
+
+
+def watched() -> tuple[str, str | None] | None:
+    """The job this daemon watches and, reached over SSH, its node: from Slurm's step environment
+    (``SLURM_JOB_ID`` with ``SLURM_STEP_ID``), else from the runner's (``CHAOS_SLURM_JOB_ID``,
+    ``CHAOS_SLURM_NODE``); None for a daemon of another backend."""
+    job, step = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")
+    if job and step is not None:
+        return job, None
+    job = os.environ.get(JOB_ENV)
+    return (job, os.environ.get(NODE_ENV) or None) if job else None
+
+
 class Part:
-    """Watches the job of the step the daemon runs in (only there: ``SLURM_JOB_ID`` and ``SLURM_STEP_ID``)."""
+    """Watches the job of the daemon's node (see the module docstring)."""
 
     SLOW_OPS: tuple[str, ...] = ()
 
     def __init__(self, daemon: Any) -> None:
         self.daemon = daemon
-        job, step = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")
-        if job and step is not None:
-            threading.Thread(target=self._watch, args=(job,), name="slurm-job-watch", daemon=True).start()
+        what = watched()
+        if what is not None:
+            threading.Thread(target=self._watch, args=what, name="slurm-job-watch", daemon=True).start()
 
-    def _watch(self, job_id: str) -> None:
+    def _watch(self, job_id: str, node: str | None) -> None:
         ended = 0
         while not self.daemon._stop.wait(WATCH_S):
             state = job_state(job_id)
+            if state == "RUNNING" and node is not None and job_has_node(job_id, node) is False:
+                state = f"RUNNING without node {node}"
             if state is None or state == "RUNNING":
                 ended = 0
                 continue

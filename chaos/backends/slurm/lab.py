@@ -5,13 +5,15 @@
 (``10.216.K.(10+i)/24``) is a veth peer of a port of the lab's bridge ``chub<tok>`` (``10.216.K.1``:
 the controller's address), and in it runs ``slurmd -D -N <name>`` in a UTS namespace (its own
 hostname), a mount namespace (a private tmpfs at :attr:`SlurmLab.workdir`, a private ``/etc/hosts``
-naming every node, so torchrun resolves its own hostname) and a pid namespace of its own. Every
+naming every node, so torchrun resolves its own hostname) and a pid namespace of its own, beside an
+``sshd`` on the node's address (key logins as root with :attr:`SlurmLab.key_path`, host keys in
+:attr:`SlurmLab.known_hosts`: :meth:`SlurmLab.ssh_spec`, for ``reach: ssh``). Every
 client (``sbatch``, ``srun``, ``scontrol``) is pointed at the lab with ``SLURM_CONF`` (:attr:`env`).
 ``../shared/SLURM-LAB.md`` (in the development tree) has the trial this follows: ``nsenter --net``,
 not ``ip netns exec`` (which remounts ``/sys`` and hides the cgroup mount slurmd needs).
 
 Needs root, Slurm's daemons and clients and munge (``apt-get install slurmctld slurmd slurm-client
-munge``), ``unshare``/``nsenter`` (util-linux) and iproute2.
+munge``), ``unshare``/``nsenter`` (util-linux), iproute2 and OpenSSH (``openssh-server``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from chaos.backends.ssh.lab import _here, _host_addresses, lab_leftovers
+from chaos.backends.ssh.lab import SSHD, _here, _host_addresses, lab_leftovers, sshd_config
 from chaos.errors import ChaosError
 from chaos.reserve import Reservation, reserve
 
@@ -40,9 +42,11 @@ def lab_available() -> str | None:
     """None if a lab can be made here, else why not (naming what to install)."""
     if os.geteuid() != 0:
         return "the slurm lab needs root (network, mount, UTS and pid namespaces; slurmd runs as root)"
-    for tool in ("ip", "nsenter", "unshare", "iptables"):
+    for tool in ("ip", "nsenter", "unshare", "iptables", "ssh-keygen"):
         if shutil.which(tool) is None:
-            return f"the slurm lab needs {tool} (apt-get install iproute2 util-linux iptables)"
+            return f"the slurm lab needs {tool} (apt-get install iproute2 util-linux iptables openssh-client)"
+    if not os.path.exists(SSHD):
+        return "the slurm lab needs sshd on its nodes (apt-get install openssh-server)"
     for tool in TOOLS:
         if shutil.which(tool) is None:
             return f"the slurm lab needs {tool} (apt-get install slurmctld slurmd slurm-client munge)"
@@ -79,6 +83,8 @@ class SlurmLab:
         self.workdir = f"/srv/chaos-slurmlab-{self.token}"
         self.dir = Path(tempfile.gettempdir()) / f"chaos-slurmlab-{self.token}"  # made by start()
         self.conf = self.dir / "slurm.conf"
+        self.key_path = self.dir / "id_ed25519"  # root's login key on every node (reach: ssh)
+        self.known_hosts = self.dir / "known_hosts"
         self.addresses: list[str] = []
         self.controller_address = ""
         self._subnet: Reservation[ipaddress.IPv4Network] | None = None
@@ -124,6 +130,10 @@ class SlurmLab:
         self.dir.mkdir(mode=0o700)
         for sub in ("state", "munge", "spool"):
             (self.dir / sub).mkdir(mode=0o700)
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key_path))
+        (self.dir / "authorized_keys").write_text(self.key_path.with_suffix(".pub").read_text())
+        self.known_hosts.write_text("")
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory
         used = [ipaddress.ip_address(a) for a in _host_addresses()]
         pool = (ipaddress.IPv4Network(f"10.216.{k}.0/24") for k in range(1, 251))
         self._subnet = reserve("slurm-lab-subnets", pool, lambda net: not any(a in net for a in used))
@@ -148,6 +158,15 @@ class SlurmLab:
         for i in range(self.n):
             self._make_node(i)
         self._wait(self._all_idle, "slurmd", "every node idle in `sinfo`")
+        self._wait(self._sshd_answer, "slurmd", "every node's sshd answering on port 22")
+
+    def _sshd_answer(self) -> bool:
+        for ip in self.addresses:
+            with socket.socket() as s:
+                s.settimeout(0.5)
+                if s.connect_ex((ip, 22)) != 0:
+                    return False
+        return True
 
     def _write_config(self) -> None:
         names = "".join(f"{a} {n}\n" for a, n in zip(self.addresses, self.names, strict=True))
@@ -186,12 +205,20 @@ class SlurmLab:
         _run("ip", "-n", ns, "link", "set", "eth0", "up")
         _run("ip", "-n", ns, "link", "set", "lo", "up")
         (self.dir / "spool" / name).mkdir(mode=0o700)
+        hostkey = self.dir / f"{name}_ed25519"
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey))
+        sshd_conf = self.dir / f"sshd-{name}.conf"
+        sshd_conf.write_text(sshd_config(ip, hostkey, self.dir / "authorized_keys"))
+        with self.known_hosts.open("a") as known:
+            kind, key = hostkey.with_suffix(".pub").read_text().split()[:2]
+            known.write(f"{ip} {kind} {key}\n")
         # sh stays pid 1 of the node (it reaps orphans, as a host's init does); slurmd is its child. A
         # slurmd that dies (the slurmd-kill fault) is started again once its start file appears
         # (slurmd_start), as a host's service manager would on `systemctl start slurmd`
         start = self.dir / "spool" / name / "start-slurmd"
         script = (f"hostname {name} && mount --bind {self.dir / 'hosts'} /etc/hosts && "
                   f"mount -t tmpfs -o mode=0755 tmpfs {self.workdir} && "
+                  f"{SSHD} -f {sshd_conf} -E {self.dir / 'spool' / name}-sshd.log && "
                   f"while :; do slurmd -D -N {name} -f {self.conf}; "
                   f"while [ ! -e {start} ]; do sleep 0.5; done; rm -f {start}; done")
         self._spawn(f"slurmd{i}", ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--mount", "--pid",
@@ -213,6 +240,10 @@ class SlurmLab:
             time.sleep(0.2)
         states = _run("sinfo", "-h", "-N", "-o", "%N %t %E", check=False, env=self.env).stdout.strip()
         raise ChaosError(f"slurm lab: no {what} after {READY_S:g} s (sinfo: {states}): {self.log_tail(name)}")
+
+    def ssh_spec(self) -> dict[str, str]:
+        """``backend.ssh`` for ``reach: ssh``: root, the lab's key and known_hosts."""
+        return {"user": "root", "key": str(self.key_path), "known_hosts": str(self.known_hosts)}
 
     @property
     def slurmd_start(self) -> list[str]:

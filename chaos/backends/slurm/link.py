@@ -165,3 +165,21 @@ class StepLink(HostLink):
 
     def as_dict(self) -> dict[str, Any]:
         return {"node": self.node_name, "address": self.address, "job_id": self.job_id}
+
+
+class NodeLogin(HostLink):
+    """An SSH login to an allocated node (``reach: ssh``): the ``ssh`` backend's link, named as Slurm
+    names the node (the events' ``host``, as over ``srun``)."""
+
+    KIND = "slurm"
+    KEY_FIELD = "backend.ssh.key"
+    WHERE_FIELDS = "backend.ssh.port (the node's address is Slurm's NodeAddr)"
+
+    def __init__(self, node_name: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.node_name = node_name
+
+    @property
+    def name(self) -> str:
+        return self.node_name
+

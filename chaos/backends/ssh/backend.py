@@ -190,6 +190,10 @@ class SshBackend:
         """A connected link to ``node``'s host."""
         return make_link(self.spec, node).connect()
 
+    def _daemon_argv(self, node: int) -> list[str]:
+        """The host daemon's command line on ``node``'s host."""
+        return [self.python, "-m", HOSTD, "--run-id", self.run_id, "--workdir", self.spec.workdir, "--node", str(node)]
+
     def _open(self, node: int) -> None:
         link = self._link(node)
         self.links[node] = link
@@ -198,8 +202,7 @@ class SshBackend:
         def push(msg: dict[str, Any]) -> None:
             self._on_push(node, msg)
 
-        link.start_daemon([self.python, "-m", HOSTD, "--run-id", self.run_id, "--workdir", self.spec.workdir,
-                           "--node", str(node)], push)
+        link.start_daemon(self._daemon_argv(node), push)
         try:
             self.hello[node] = link.call("hello")
         except ChaosError as exc:

@@ -59,6 +59,16 @@ def _run(*argv: str, check: bool = True, timeout: float = 30) -> subprocess.Comp
     return out
 
 
+def sshd_config(ip: str, hostkey: Path, authorized_keys: Path, extra: list[str] | None = None) -> str:
+    """A test host's ``sshd_config``: listening on ``ip``:22 with ``hostkey``, key logins only (root
+    too) from ``authorized_keys``; ``extra`` lines after. The ssh and slurm labs share it."""
+    lines = [f"ListenAddress {ip}", "Port 22", f"HostKey {hostkey}", f"AuthorizedKeysFile {authorized_keys}",
+             "PermitRootLogin prohibit-password", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
+             "UsePAM no", "PidFile none", "StrictModes no", "LogLevel ERROR", "MaxStartups 100", "MaxSessions 100",
+             "UseDNS no", *(extra or [])]
+    return "\n".join(lines) + "\n"
+
+
 def _faketime_lib() -> str | None:
     return next((p for p in FAKETIME_LIBS if os.path.exists(p)), None)
 
@@ -153,15 +163,9 @@ class SshLab:
             self._wait_ready(i, ip)
 
     def _config(self, i: int, ip: str, hostkey: Path) -> str:
-        lines = [f"ListenAddress {ip}", "Port 22", f"HostKey {hostkey}",
-                 f"AuthorizedKeysFile {self.dir / 'authorized_keys'}", "PermitRootLogin prohibit-password",
-                 "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no", "PidFile none",
-                 "StrictModes no", "LogLevel ERROR", "MaxStartups 100", "MaxSessions 100", "UseDNS no"]
         offset = self.clock_offsets.get(i)
-        if offset:
-            lines.append(f"SetEnv LD_PRELOAD={_faketime_lib()} FAKETIME={offset:+g} "
-                         "FAKETIME_DONT_RESET=1")
-        return "\n".join(lines) + "\n"
+        extra = [f"SetEnv LD_PRELOAD={_faketime_lib()} FAKETIME={offset:+g} FAKETIME_DONT_RESET=1"] if offset else []
+        return sshd_config(ip, hostkey, self.dir / "authorized_keys", extra)
 
     def _wait_ready(self, i: int, ip: str) -> None:
         import socket

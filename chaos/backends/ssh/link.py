@@ -36,6 +36,10 @@ def default_known_hosts() -> Path:
 class HostLink:
     """A connection to ``address``; :meth:`connect` first. Thread-safe :meth:`call` once the daemon runs."""
 
+    KIND = "ssh"  # the backend its errors name, and the scenario fields they point at
+    KEY_FIELD = "backend.hosts[].key"
+    WHERE_FIELDS = "backend.hosts[].address and port"
+
     def __init__(self, address: str, port: int = 22, user: str | None = None, key: str | None = None,
                  known_hosts: str | None = None, accept_new: bool = False) -> None:
         self.address = address
@@ -87,7 +91,7 @@ class HostLink:
                               f"there (`ssh-keygen -R {self.address} -f {self.known_hosts}`); else do not "
                               "trust it") from exc
         except paramiko.AuthenticationException as exc:
-            raise self._error(f"the key was refused ({exc}); give backend.hosts[].key a private key the host "
+            raise self._error(f"the key was refused ({exc}); give {self.KEY_FIELD} a private key the host "
                               f"accepts for user {self.user}, or load one into ssh-agent") from exc
         except paramiko.SSHException as exc:
             if "not found in known_hosts" in str(exc):
@@ -96,8 +100,7 @@ class HostLink:
                                   "host_key_policy: accept-new") from exc
             raise self._error(f"SSH failed: {exc}") from exc
         except (TimeoutError, OSError) as exc:
-            raise self._error(f"unreachable ({exc}); check backend.hosts[].address and port, and that sshd "
-                              "runs there") from exc
+            raise self._error(f"unreachable ({exc}); check {self.WHERE_FIELDS}, and that sshd runs there") from exc
         if self.accept_new and not known_before:  # add the one new line; never rewrite the user's file
             key = client.get_transport().get_remote_server_key()
             self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -107,7 +110,7 @@ class HostLink:
         return self
 
     def _error(self, why: str) -> CapabilityError:
-        return CapabilityError("ssh", f"host {self.name}: {why}")
+        return CapabilityError(self.KIND, f"host {self.name}: {why}")
 
     def run(self, argv: list[str], timeout_s: float = 60.0) -> tuple[int, str, str]:
         """Run ``argv`` on the host (quoted for its shell); (exit status, stdout, stderr). Raises
