@@ -207,7 +207,7 @@ class SlurmRequeueFault(_Model):
     grace_s: float = Field(default=10.0, ge=0, le=600, description="Seconds between the signal and the requeue "
                            "(Slurm's GraceTime); the job's processes still there then are killed.")
     begin_now: bool = Field(default=True, description="Make the requeued job eligible at once (scontrol update "
-                            "StartTime=now, two whole seconds after the requeue: nodes refuse a job started in the "
+                            "StartTime=now+2, by the controller's clock: nodes refuse a job started in the "
                             "second its old credential was revoked); false keeps Slurm's own hold on a requeued "
                             "job (its BeginTime).")
     resubmit: bool = Field(default=False, description="Come back as a new Slurm job (a new job id) instead: the job "

@@ -69,8 +69,9 @@ def test_the_same_verdicts_on_slurm_as_on_netns(slurm3: Any, tmp_path: Path, nam
         inject = next(e for e in slurm.events if e["kind"] == "fault_inject")
         assert inject["fault"] == "disk" and "disk_mount" in kinds, inject
         assert "disk_stall_begin" in kinds and "disk_stall_end" in kinds, sorted(set(kinds))
-    # over srun each node's daemon (and its agent) is a job step; over SSH no step of chaos's runs
-    assert ("chaos-hostd" in steps) == (not over_ssh), steps
+    # over srun each node's daemon (and its agent) is a job step; over SSH only an anchor step per node
+    assert ("chaos-hostd" in steps) == (not over_ssh) and ("chaos-anchor" in steps) == over_ssh, steps
+    assert "scheduler_job_end" not in kinds  # Slurm did not end the job: chaos did, after the run
     assert next(e for e in slurm.events if e["kind"] == "slurm_submit")["reach"] == ("ssh" if over_ssh else "srun")
     assert slurm3.jobs() == []
 

@@ -108,6 +108,7 @@ def test_a_preempted_and_requeued_job_resumes_on_its_new_allocation_from_its_che
     assert len(allocations) == 2 and allocations[1]["incarnation"] == 1  # the history links the two
     heal = next(e for e in result.events if e["kind"] == "fault_heal")
     assert heal["relaunched"]["incarnation"] == 1
+    assert not [e for e in result.events if e["kind"] == "scheduler_job_end"]  # chaos's own cancel is no outside end
     if resubmit:  # a new Slurm job, which the history links to the one before
         assert allocations[0]["job_id"] != allocations[1]["job_id"]
         assert allocations[1]["follows_job_id"] == allocations[0]["job_id"]

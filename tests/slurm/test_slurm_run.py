@@ -119,11 +119,13 @@ def _nothing_left(lab: Any, timeout_s: float) -> list[str]:
 
 
 @pytest.mark.chaos(requires=NEEDS)
-@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
+@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL", "SIGKILL over ssh"])
 def test_a_runner_stopped_mid_partition_leaves_no_job_and_nothing_on_the_nodes(
         slurm3: Any, tmp_path: Path, how: str) -> None:
+    # over ssh the daemons' sessions die with the runner, and so do the anchor steps that hold the job
     schedule = [{"fault": "partition", "between": [[0, 1], [2]], "trigger": {"at_step": 20}}]  # never healed
-    path = on_slurm("partition.yaml", slurm3, tmp_path, schedule=schedule, checks=["completes"])
+    login = {"reach": "ssh", "ssh": slurm3.ssh_spec()} if how.endswith("over ssh") else {}
+    path = on_slurm("partition.yaml", slurm3, tmp_path, schedule=schedule, checks=["completes"], topology=login)
     runs = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", str(path)], cwd=REPO,
                             env={**os.environ, "CHAOS_RUNS_DIR": str(runs)}, stdout=subprocess.PIPE,

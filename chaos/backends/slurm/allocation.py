@@ -24,11 +24,11 @@ from chaos.scenario import SlurmBackendSpec
 
 RUNNING = ("RUNNING",)
 WAITING = ("PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED")
-# the end states in which Slurm, not chaos, ended a job (chaos ends its jobs by scancel only after the run)
+# the end states in which Slurm, not chaos, ended a job (the backend skips the jobs chaos cancelled itself)
 ENDED_BY_SLURM = {"TIMEOUT": "it reached its time limit", "DEADLINE": "it reached its deadline",
                   "PREEMPTED": "it was preempted", "CANCELLED": "someone cancelled it with scancel",
                   "NODE_FAIL": "a node of it failed", "OUT_OF_MEMORY": "it ran out of memory",
-                  "BOOT_FAIL": "a node failed to boot", "FAILED": "its batch script failed"}
+                  "BOOT_FAIL": "a node failed to boot", "FAILED": "Slurm failed to launch it or its batch script"}
 QUIET_S = 20  # the keeper ends the job once no step of the run has run for this long
 FIRST_STEP_S = 600  # ... or when no step came this long after the job started (a runner that died early)
 

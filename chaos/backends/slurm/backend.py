@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import subprocess
 import sys
@@ -47,7 +46,7 @@ from chaos.backends.slurm import allocation as alloc_mod
 from chaos.backends.slurm import commands
 from chaos.backends.slurm.allocation import Allocation
 from chaos.backends.slurm.hostd_slurm import JOB_ENV, NODE_ENV
-from chaos.backends.slurm.link import STEP_NAME, NodeLogin, StepLink
+from chaos.backends.slurm.link import STEP_NAME, Anchor, NodeLogin, StepLink
 from chaos.backends.ssh.backend import SshBackend, check_link
 from chaos.backends.ssh.link import HostLink, default_known_hosts
 from chaos.errors import CapabilityError, ChaosError
@@ -56,19 +55,14 @@ from chaos.scenario import SlurmBackendSpec, SshBackendSpec
 
 REQUEUE_SETTLE_S = 60.0  # how long a requeued job may take to be pending again
 ENDED_FOR_S = 5.0  # a requeued job seen ended is believed once it has stayed so this long (Slurm's late reports)
-CRED_REVOKED_S = 2  # a requeued job is let start only this many whole seconds after its requeue (see start_after)
+# A requeued job is let start (StartTime=now+this, on the controller's clock) only this many seconds on.
+# Requeuing revokes the job's credential on its nodes with a time stamp in whole seconds, and a node
+# refuses any credential of that job id created in that second or before: a job started again within
+# the same second is killed at launch ("Job credential revoked"; slurmd: "Job N already killed, do not
+# launch batch job") and ends FAILED. Slurm itself holds a requeued job CredExpire + 1 s for this.
+CRED_REVOKED_S = 2
 SLURM_ONLY = ("partition", "account", "time_limit", "cpus_per_task", "sbatch_args", "reach", "allocation_timeout_s",
               "requeue", "slurmd_start", "ssh")
-
-
-def start_after(requeued_t: float, margin_s: int = CRED_REVOKED_S) -> float:
-    """The epoch time (s) from which a requeued job may be let start at once (``StartTime=now``).
-    Requeuing revokes the job's credential on its nodes with a time stamp in whole seconds, and a node
-    refuses any credential of that job id created in that second or before: a job started again within
-    the same second is killed at launch ("Job credential revoked", slurmd: "Job N already killed, do not
-    launch batch job") and ends FAILED. Slurm itself holds a requeued job for ``CredExpire`` + 1 s for
-    this; chaos waits into the ``margin_s``-th whole second after ``requeued_t``."""
-    return float(math.floor(requeued_t) + margin_s)
 
 
 def _int(value: Any) -> int:
@@ -166,9 +160,11 @@ class SlurmBackend(SshBackend):
         self._requeued = False  # requeued, not yet running again: the run waits for it
         self._begin_now = True
         self._restarts_before = 0  # the job's restart count (scontrol show job) before the requeue
-        self._requeued_t = 0.0  # when scontrol requeue returned (epoch s)
         self._resubmitted = False  # the last requeue submitted a new job (a new job id)
         self._jobs: list[str] = []  # the run's job ids, in order (a resubmitted run has several)
+        self._own_cancels: set[str] = set()  # jobs chaos itself cancelled (their CANCELLED is not Slurm's doing)
+        self._slurmd_killed: set[int] = set()  # nodes whose slurmd a fault killed (a NODE_FAIL there is its doing)
+        self._anchors: list[Anchor] = []  # reach: ssh: one step per node that holds the job (see Anchor)
 
     def preflight(self, script: str | None = None) -> None:
         """:func:`preflight_slurm`; the nodes themselves are checked once the job runs."""
@@ -240,6 +236,8 @@ class SlurmBackend(SshBackend):
         self.log.record("slurm_allocation", **self.allocation.as_dict(), incarnation=0,
                         wait_s=round((self.allocation.running_t or 0) - self.allocation.submitted_t, 3))
         self.spec = as_hosts(self.slurm, self.allocation.addresses)
+        if self.slurm.reach == "ssh":  # no daemon step holds the job over SSH: an anchor on each node does
+            self._anchors = [Anchor(self.allocation.job_id, name).start() for name in self.allocation.names]
         self._check_nodes(launch.script)
         super().start(launch)
 
@@ -307,6 +305,7 @@ class SlurmBackend(SshBackend):
         if link is None or link.closed.is_set():
             raise ChaosError(f"slurmd-kill: node {node} ({name}) has no chaos daemon running")
         done = link.call("slurmd_kill")
+        self._slurmd_killed.add(node)
         return {"node": node, "slurm_node": name, "pids": done["pids"],
                 "job_id": self.allocation.job_id if self.allocation else None}
 
@@ -367,7 +366,6 @@ class SlurmBackend(SshBackend):
             before = self._restarts(job)
             commands.run("scontrol", "requeue", job)  # (refused: the sessions are ended all the same, the run ends)
             self._restarts_before = before
-            self._requeued_t = time.time()
         self._resubmitted = resubmit
         self._requeued = True
         self._begin_now = begin_now
@@ -426,7 +424,7 @@ class SlurmBackend(SshBackend):
         COMPLETING, REQUEUED, or even FAILED (the killed batch script's exit, before the requeue is
         through): so first its restart count must have grown and it must pend (a requeued job always
         pends first: Slurm holds it with a BeginTime, lifted here with ``begin_now``, but not within the
-        second of the requeue: :func:`start_after`)."""
+        second of the requeue: :data:`CRED_REVOKED_S`)."""
         deadline = time.monotonic() + REQUEUE_SETTLE_S
         last = "?"
         while True:
@@ -436,9 +434,9 @@ class SlurmBackend(SshBackend):
                 rec = {}  # no answer this time
             last = rec.get("JobState", last)
             if _int(rec.get("Restarts")) > self._restarts_before and last in ("PENDING", "CONFIGURING"):
-                if last == "PENDING" and self._begin_now:
-                    time.sleep(max(0.0, start_after(self._requeued_t) - time.time()))  # its old credential
-                    commands.run("scontrol", "update", f"JobId={alloc.job_id}", "StartTime=now", check=False)
+                if last == "PENDING" and self._begin_now:  # (not in the second its old credential was revoked)
+                    commands.run("scontrol", "update", f"JobId={alloc.job_id}", f"StartTime=now+{CRED_REVOKED_S}",
+                                 check=False)
                 break
             if time.monotonic() > deadline:
                 raise ChaosError(f"slurm: job {alloc.job_id} did not come back after its requeue (still {last} after "
@@ -456,6 +454,9 @@ class SlurmBackend(SshBackend):
             super().teardown()
         except Exception as exc:  # (a full disk): the job is cancelled all the same
             self.log.record("teardown_error", error=f"{type(exc).__name__}: {exc}"[:500])
+        for anchor in self._anchors:
+            anchor.close()
+        self._anchors = []
         if self._cancelled:
             return
         self._cancelled = True
@@ -491,7 +492,9 @@ class SlurmBackend(SshBackend):
             if state != "COMPLETING" or time.monotonic() > deadline:
                 break  # (a job being ended says how it ended once its nodes are done: KillWait)
             time.sleep(0.5)
-        if state not in alloc_mod.ENDED_BY_SLURM or (state == "NODE_FAIL" and self._downed):  # (that: the fault's)
+        if job_id in self._own_cancels or state not in alloc_mod.ENDED_BY_SLURM:
+            return
+        if state == "NODE_FAIL" and (self._downed or self._slurmd_killed):  # the fault's doing, not Slurm's
             return
         self.log.record("scheduler_job_end", scheduler="slurm", job_id=job_id, state=state,
                         reason=rec.get("Reason", ""), end_t=commands.epoch(rec.get("EndTime")),
@@ -538,7 +541,10 @@ class SlurmBackend(SshBackend):
 
     def _end_job(self) -> None:
         assert self.allocation is not None
+        if self.allocation.job_id in self._own_cancels:
+            return  # (a resubmit ended it; its new job failed to come)
         self._note_outside_end(self.allocation.job_id)
+        self._own_cancels.add(self.allocation.job_id)
         try:
             last = alloc_mod.cancel(self.allocation)
         except (ChaosError, OSError) as exc:

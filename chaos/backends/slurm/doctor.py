@@ -12,11 +12,14 @@ a one-node job holds the node meanwhile (a cluster with ``pam_slurm_adopt`` lets
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from chaos.backends.slurm import commands
+from chaos.backends.slurm.allocation import Allocation, wait_running
+from chaos.backends.slurm.backend import preflight_login
 from chaos.errors import ChaosError, ScenarioError
 from chaos.scenario import SlurmBackendSpec
 
@@ -65,7 +68,7 @@ def load_slurm_backend(path: Path) -> SlurmBackendSpec:
     try:
         return SlurmBackendSpec.model_validate(backend)
     except ValidationError as exc:
-        raise ScenarioError([f"{path}: backend.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+        raise ScenarioError([f"{path}: {'.'.join(['backend', *(str(p) for p in e['loc'])])}: {e['msg']}"
                              for e in exc.errors()]) from exc
 
 
@@ -107,44 +110,71 @@ def doctor_slurm(partition: str | None = None, python: str | None = None,
 
 
 def _login_row(spec: SlurmBackendSpec, partition: str | None, python: str) -> dict[str, str]:
-    """An SSH login to one node held by a short job of its own, as ``reach: ssh`` logs in (``spec.ssh``),
-    and the interpreter run there; the job cancelled after."""
-    import contextlib
+    """An SSH login to one node held by a short job of its own (the run's account and sbatch options),
+    as ``reach: ssh`` logs in (``spec.ssh``): the interpreter there, and ``squeue`` there (the node's
+    daemon watches the job with it). The job is cancelled after, by its id or, if ``sbatch`` did not
+    say it, by its name."""
+    import getpass
 
-    from chaos.backends.slurm.allocation import Allocation, wait_running
-    from chaos.backends.slurm.backend import as_hosts, preflight_login
-    from chaos.backends.slurm.link import NodeLogin
+    name = "reach a node (ssh)"
+    held: list[str] = []  # the job's id, once sbatch says it
+    try:
+        row = _held_login(spec, partition, python, held)
+    finally:
+        target = held or ["--name=chaos-doctor", f"--user={getpass.getuser()}"]
+        try:
+            left = commands.run("scancel", *target, check=False).returncode != 0
+        except ChaosError:
+            left = True
+    if left:
+        return _row(name, f"could not cancel the job that held the node; run scancel {' '.join(target)}", "")
+    return row
 
+
+def _held_login(spec: SlurmBackendSpec, partition: str | None, python: str, held: list[str]) -> dict[str, str]:
+    """Submit the one-node job (its id appended to ``held``), wait until it runs, log in (:func:`_login`)."""
     name = "reach a node (ssh)"
     try:
         preflight_login(spec)
-    except ChaosError as exc:
-        return _row(name, str(exc), "")
-    out = commands.run("sbatch", "--parsable", "--nodes=1", "--ntasks=1", "--time=3", "--job-name=chaos-doctor",
-                       "--output=/dev/null", *([f"--partition={partition}"] if partition else []),
-                       "--wrap", "sleep 300", check=False)
-    job = out.stdout.strip().split(";")[0]
-    if out.returncode != 0 or not job:
-        return _row(name, f"sbatch of a one-node job to log in to failed: {out.stderr.strip()[-300:]}", "")
-    try:
+        out = commands.run("sbatch", "--parsable", "--nodes=1", "--ntasks=1", "--time=3", "--job-name=chaos-doctor",
+                           "--output=/dev/null", *([f"--partition={partition}"] if partition else []),
+                           *([f"--account={spec.account}"] if spec.account else []), *spec.sbatch_args,
+                           "--wrap", "sleep 300", check=False)
+        job = out.stdout.strip().split(";")[0]
+        if out.returncode != 0 or not job:
+            return _row(name, f"sbatch of a one-node job to log in to failed: {out.stderr.strip()[-300:]}", "")
+        held.append(job)
         alloc = wait_running(Allocation(job), 60)
-        hosts = as_hosts(spec.model_copy(update={"nodes": 1, "min_nodes": None}), alloc.addresses)  # the one node
-        host = hosts.hosts[0]
-        link = NodeLogin(alloc.names[0], host.address, host.port, host.user, host.key, hosts.known_hosts,
-                         hosts.host_key_policy == "accept-new").connect()
-        try:
-            rc, stdout, stderr = link.run([python, "-c", "import sys; print(sys.executable)"])
-        finally:
-            link.close()
+        return _login(spec, alloc.names[0], alloc.addresses[0], job, python)
     except ChaosError as exc:
         return _row(name, str(exc), "")
+
+
+def _login(spec: SlurmBackendSpec, node: str, address: str, job: str, python: str) -> dict[str, str]:
+    """The login row for ``node`` at ``address`` (held by ``job``). Raises ChaosError (the login)."""
+    from chaos.backends.slurm.link import NodeLogin
+    from chaos.backends.ssh.link import default_known_hosts
+
+    login = spec.ssh
+    link = NodeLogin(node, address, login.port if login else 22, login.user if login else None,
+                     login.key if login else None, (login.known_hosts if login else None) or str(default_known_hosts()),
+                     login is not None and login.host_key_policy == "accept-new").connect()
+    try:
+        rc, stdout, stderr = link.run([python, "-c", "import sys; print(sys.executable)"])
+        if rc != 0:
+            return _row("reach a node (ssh)", f"logged in to {node} as {link.user}, but {python} does not run there "
+                        f"({stderr.strip()[-200:]}); set backend.python", "")
+        conf = os.environ.get("SLURM_CONF")  # passed on to the daemons as well (where it exists there)
+        asked, _out, err = link.run(["sh", "-c", 'if [ -n "$1" ] && [ -e "$1" ]; then export SLURM_CONF="$1"; fi; '
+                                     'exec squeue -h -j "$2" -o %T', "sh", conf or "", job])
     finally:
-        with contextlib.suppress(ChaosError):
-            commands.cancel(job)
-    if rc != 0:
-        return _row(name, f"logged in to {alloc.names[0]} as {link.user}, but {python} does not run there "
-                    f"({stderr.strip()[-200:]}); set backend.python", "")
-    return _row(name, None, f"logged in to {alloc.names[0]} ({host.address}) as {link.user}; {stdout.strip()} runs there")
+        link.close()
+    if asked != 0:
+        return _row("reach a node (ssh)", f"logged in to {node} as {link.user}, but squeue does not answer there "
+                    f"({err.strip()[-200:]}): the node's daemon could not see the job end; give the nodes Slurm's "
+                    "client tools and configuration", "")
+    return _row("reach a node (ssh)", None, f"logged in to {node} ({address}) as {link.user}; {stdout.strip()} and "
+                "squeue run there")
 
 
 def _node_rows(partition: str | None, python: str) -> list[dict[str, str]]:

@@ -73,6 +73,9 @@ class Part:
 
     def __init__(self, daemon: Any) -> None:
         self.daemon = daemon
+        conf = os.environ.get("SLURM_CONF")
+        if conf and not os.path.exists(conf):  # the runner's path, not this node's: Slurm's own default then
+            os.environ.pop("SLURM_CONF")
         what = watched()
         if what is not None:
             threading.Thread(target=self._watch, args=what, name="slurm-job-watch", daemon=True).start()

@@ -23,6 +23,7 @@ from chaos.backends.ssh.link import HostLink, Push
 from chaos.errors import CapabilityError, ChaosError
 
 STEP_NAME = "chaos-hostd"  # the name of every job step chaos runs on a node (squeue -s shows it)
+ANCHOR_NAME = "chaos-anchor"  # reach: ssh: the step that holds a node's place in the job (see Anchor)
 
 
 class _Pipes:
@@ -174,6 +175,7 @@ class NodeLogin(HostLink):
     KIND = "slurm"
     KEY_FIELD = "backend.ssh.key"
     WHERE_FIELDS = "backend.ssh.port (the node's address is Slurm's NodeAddr)"
+    FIELDS = "backend.ssh."
 
     def __init__(self, node_name: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -182,4 +184,36 @@ class NodeLogin(HostLink):
     @property
     def name(self) -> str:
         return self.node_name
+
+
+class Anchor:
+    """With ``reach: ssh``, a job step on node ``node_name`` that does nothing but last while the
+    runner does (``cat`` of a pipe from it): the allocation's keeper holds the job while any step of
+    the run is there (:func:`chaos.backends.slurm.allocation.keeper_script`), as it does for the
+    daemons' steps over ``srun``. When the runner dies the pipe closes, the step ends, and the keeper
+    ends the job. :meth:`close` is idempotent and never raises."""
+
+    def __init__(self, job_id: str, node_name: str) -> None:
+        self.job_id = job_id
+        self.node_name = node_name
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Anchor:
+        self._proc = subprocess.Popen(
+            ["srun", f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={self.node_name}",
+             "--kill-on-bad-exit=0", "--quiet", f"--job-name={ANCHOR_NAME}", "--", "cat"],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=slurm_env(),
+            start_new_session=True)
+        return self
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()  # cat ends, and with it the step
+            proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            _stop(proc)
 

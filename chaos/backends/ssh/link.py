@@ -39,6 +39,7 @@ class HostLink:
     KIND = "ssh"  # the backend its errors name, and the scenario fields they point at
     KEY_FIELD = "backend.hosts[].key"
     WHERE_FIELDS = "backend.hosts[].address and port"
+    FIELDS = "backend."  # where known_hosts and host_key_policy are set
 
     def __init__(self, address: str, port: int = 22, user: str | None = None, key: str | None = None,
                  known_hosts: str | None = None, accept_new: bool = False) -> None:
@@ -77,7 +78,8 @@ class HostLink:
         elif not self.accept_new:
             raise self._error(f"known_hosts file {self.known_hosts} does not exist; add the host's key "
                               f"(`ssh-keyscan -p {self.port} {self.address} >> {self.known_hosts}` after checking "
-                              "its fingerprint), set backend.known_hosts, or host_key_policy: accept-new")
+                              f"its fingerprint), set {self.FIELDS}known_hosts, or {self.FIELDS}host_key_policy: "
+                              "accept-new")
         entry = self.address if self.port == 22 else f"[{self.address}]:{self.port}"
         known_before = client.get_host_keys().lookup(entry) is not None
         client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if self.accept_new else paramiko.RejectPolicy())
@@ -97,7 +99,7 @@ class HostLink:
             if "not found in known_hosts" in str(exc):
                 raise self._error(f"its host key is not in {self.known_hosts}; add it (`ssh-keyscan -p {self.port} "
                                   f"{self.address} >> {self.known_hosts}` after checking its fingerprint) or set "
-                                  "host_key_policy: accept-new") from exc
+                                  f"{self.FIELDS}host_key_policy: accept-new") from exc
             raise self._error(f"SSH failed: {exc}") from exc
         except (TimeoutError, OSError) as exc:
             raise self._error(f"unreachable ({exc}); check {self.WHERE_FIELDS}, and that sshd runs there") from exc
