@@ -192,9 +192,7 @@ class SlurmBackend(SshBackend):
         """A link to ``node``: a job step there (``reach: srun``), or an SSH login (``reach: ssh``)."""
         assert self.allocation is not None
         if self.slurm.reach == "ssh":
-            h = self.spec.hosts[node]
-            return NodeLogin(self.allocation.names[node], h.address, h.port, h.user, h.key, self.spec.known_hosts,
-                             self.spec.host_key_policy == "accept-new").connect()
+            return NodeLogin.of(self.slurm, self.allocation.names[node], self.allocation.addresses[node]).connect()
         return StepLink(self.allocation.job_id, self.allocation.names[node], self.allocation.addresses[node],
                         self.slurm.cpus_per_task)
 

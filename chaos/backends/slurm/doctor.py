@@ -153,12 +153,8 @@ def _held_login(spec: SlurmBackendSpec, partition: str | None, python: str, held
 def _login(spec: SlurmBackendSpec, node: str, address: str, job: str, python: str) -> dict[str, str]:
     """The login row for ``node`` at ``address`` (held by ``job``). Raises ChaosError (the login)."""
     from chaos.backends.slurm.link import NodeLogin
-    from chaos.backends.ssh.link import default_known_hosts
 
-    login = spec.ssh
-    link = NodeLogin(node, address, login.port if login else 22, login.user if login else None,
-                     login.key if login else None, (login.known_hosts if login else None) or str(default_known_hosts()),
-                     login is not None and login.host_key_policy == "accept-new").connect()
+    link = NodeLogin.of(spec, node, address).connect()
     try:
         rc, stdout, stderr = link.run([python, "-c", "import sys; print(sys.executable)"])
         if rc != 0:

@@ -25,34 +25,33 @@ WATCH_S = 3.0
 JOB_ENV, NODE_ENV = "CHAOS_SLURM_JOB_ID", "CHAOS_SLURM_NODE"  # set by the runner for a daemon reached over SSH
 
 
-def job_state(job_id: str) -> str | None:
-    """The job's state as ``squeue`` says it (``GONE`` once it has forgotten it); None if it cannot be asked."""
+def job_state(job_id: str, node: str | None = None) -> str | None:
+    """The job's state as ``squeue`` says it (``GONE`` once it has forgotten it); None if it cannot be
+    asked. With ``node``, a running job that no longer lists it (its node list from the same
+    ``squeue``, expanded by ``scontrol show hostnames``) is ``RUNNING without node <node>``."""
     try:
-        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=20,
-                             stdin=subprocess.DEVNULL)
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %N"], capture_output=True, text=True,
+                             timeout=20, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if out.returncode == 0:
-        return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "GONE"
-    return "GONE" if "Invalid job id" in out.stderr else None
+    if out.returncode != 0:
+        return "GONE" if "Invalid job id" in out.stderr else None
+    if not out.stdout.strip():
+        return "GONE"
+    state, _, listed = out.stdout.strip().splitlines()[-1].partition(" ")
+    if state == "RUNNING" and node is not None and listed.strip() and _has_node(listed.strip(), node) is False:
+        return f"RUNNING without node {node}"
+    return state
 
 
-def job_has_node(job_id: str, name: str) -> bool | None:
-    """Whether node ``name`` is among the running job's nodes (``squeue``'s node list, expanded by
-    ``scontrol show hostnames``); None if it cannot be asked."""
+def _has_node(listed: str, name: str) -> bool | None:
+    """Whether Slurm's node list ``listed`` (``n[0-2]``) names node ``name``; None if it cannot be expanded."""
     try:
-        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%N"], capture_output=True, text=True, timeout=20,
-                             stdin=subprocess.DEVNULL)
-        listed = out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else ""
-        if not listed:
-            return None
         names = subprocess.run(["scontrol", "show", "hostnames", listed], capture_output=True, text=True,
                                timeout=20, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if names.returncode != 0:
-        return None
-    return name in names.stdout.split()
+    return name in names.stdout.split() if names.returncode == 0 else None
 
 
 def watched() -> tuple[str, str | None] | None:
@@ -83,9 +82,7 @@ class Part:
     def _watch(self, job_id: str, node: str | None) -> None:
         ended = 0
         while not self.daemon._stop.wait(WATCH_S):
-            state = job_state(job_id)
-            if state == "RUNNING" and node is not None and job_has_node(job_id, node) is False:
-                state = f"RUNNING without node {node}"
+            state = job_state(job_id, node)
             if state is None or state == "RUNNING":
                 ended = 0
                 continue

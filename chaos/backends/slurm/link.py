@@ -21,9 +21,19 @@ from typing import Any
 from chaos.backends.slurm.commands import slurm_env
 from chaos.backends.ssh.link import HostLink, Push
 from chaos.errors import CapabilityError, ChaosError
+from chaos.scenario import SlurmBackendSpec, SlurmSshSpec
 
 STEP_NAME = "chaos-hostd"  # the name of every job step chaos runs on a node (squeue -s shows it)
 ANCHOR_NAME = "chaos-anchor"  # reach: ssh: the step that holds a node's place in the job (see Anchor)
+
+
+def step_argv(job_id: str, node_name: str, step_name: str, argv: list[str], cpus_per_task: int | None = None
+              ) -> list[str]:
+    """``argv`` as a one-task step ``step_name`` of job ``job_id`` on node ``node_name``, overlapping the
+    job's other steps (``srun --overlap``). Pure."""
+    return ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node_name}",
+            "--kill-on-bad-exit=0", "--quiet", f"--job-name={step_name}",
+            *([f"--cpus-per-task={cpus_per_task}"] if cpus_per_task else []), "--", *argv]
 
 
 class _Pipes:
@@ -106,9 +116,7 @@ class StepLink(HostLink):
 
     def srun(self, argv: list[str]) -> list[str]:
         """``argv`` as a one-task step on this node, overlapping the job's other steps."""
-        return ["srun", f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={self.node_name}",
-                "--kill-on-bad-exit=0", "--quiet", f"--job-name={STEP_NAME}",
-                *([f"--cpus-per-task={self.cpus_per_task}"] if self.cpus_per_task else []), "--", *argv]
+        return step_argv(self.job_id, self.node_name, STEP_NAME, argv, self.cpus_per_task)
 
     def connect(self, timeout_s: float = 0) -> StepLink:
         return self  # each step is its own connection
@@ -181,6 +189,14 @@ class NodeLogin(HostLink):
         super().__init__(*args, **kwargs)
         self.node_name = node_name
 
+    @classmethod
+    def of(cls, spec: SlurmBackendSpec, node_name: str, address: str) -> NodeLogin:
+        """The login (not yet connected) to node ``node_name`` at ``address`` as ``spec.ssh`` says (its
+        defaults where it is left out: your user, port 22, ssh-agent or ~/.ssh keys, ~/.ssh/known_hosts)."""
+        login = spec.ssh or SlurmSshSpec()
+        return cls(node_name, address, login.port, login.user, login.key, login.known_hosts,
+                   login.host_key_policy == "accept-new")
+
     @property
     def name(self) -> str:
         return self.node_name
@@ -200,10 +216,8 @@ class Anchor:
 
     def start(self) -> Anchor:
         self._proc = subprocess.Popen(
-            ["srun", f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={self.node_name}",
-             "--kill-on-bad-exit=0", "--quiet", f"--job-name={ANCHOR_NAME}", "--", "cat"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=slurm_env(),
-            start_new_session=True)
+            step_argv(self.job_id, self.node_name, ANCHOR_NAME, ["cat"]), stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=slurm_env(), start_new_session=True)
         return self
 
     def close(self) -> None:
