@@ -18,6 +18,13 @@ def _sklearn() -> str | None:
     return "scikit-learn (the bundled target's dataset) is not installed; pip install scikit-learn"
 
 
+def _package(module: str, extra: str) -> Callable[[], str | None]:
+    def probe() -> str | None:
+        return None if importlib.util.find_spec(module) else (
+            f"{module} is not installed; pip install 'chaos-training[{extra}]'")
+    return probe
+
+
 def _root() -> str | None:
     return None if os.geteuid() == 0 else "needs root (CAP_NET_ADMIN/CAP_SYS_ADMIN); run as root"
 
@@ -98,6 +105,9 @@ CAPABILITIES: dict[str, Callable[[], str | None]] = {
     "fuse": _fuse,
     "sshd": _sshd,
     "slurm": _slurm,
+    "lightning": _package("lightning", "lightning"),
+    "accelerate": _package("accelerate", "accelerate"),
+    "torchft": _package("torchft", "torchft"),
 }
 
 

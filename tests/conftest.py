@@ -88,6 +88,8 @@ TIMING = ("tests/net/", "tests/disk/", "tests/e2e/test_nodes.py", "tests/e2e/tes
           "tests/e2e/test_disk.py", "tests/e2e/test_docker_faults.py",
           "tests/e2e/test_checkpoints.py",  # async saves are skipped while the previous one still runs
           "tests/e2e/test_midwrite.py", "tests/e2e/test_loadable_windows.py",
+          "tests/e2e/test_lightning.py",  # FUSE write holds and a no_hang bound
+          "tests/e2e/test_fsdp2.py",  # a disk stall during an async save
           "tests/ssh/",  # real sshd hosts with network faults
           "tests/slurm/")  # a real Slurm cluster, with network faults
 EXCLUSIVE = ("tests/e2e/test_cleanup.py", "tests/e2e/test_soak.py")

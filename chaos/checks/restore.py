@@ -21,13 +21,16 @@ def _first_error(history: History, r: Restore) -> str:
 def _intact(r: Restore, loaded: dict) -> bool:
     """True when what was loaded from a path whose last save was torn is the save before it, whole
     (a kill before the rewrite wrote a byte, or an atomic rewrite): judged by what was loaded."""
-    return loaded.get("digest") is not None and loaded.get("digest") == r.saved_digests.get(loaded["path"])
+    return loaded.get("digest") is not None and loaded.get("digest") == r.saved_digest_for(
+        loaded, r.saved_digests.get(loaded["path"]))
 
 
-def _saved_digest(r: Restore, expected: dict, path: str) -> str | None:
-    """The digest ``path`` was last saved with before the rank restarted (a path rewritten every save,
-    e.g. ``snapshot.pt``, holds its newest save)."""
-    return expected.get("digest") if expected.get("path") == path else r.saved_digests.get(path, expected.get("digest"))
+def _saved_digest(r: Restore, expected: dict, loaded: dict) -> str | None:
+    """The digest ``loaded["path"]`` was last saved with before the rank restarted (a path rewritten
+    every save, e.g. ``snapshot.pt``, holds its newest save; a sharded save, the loading rank's own)."""
+    path = loaded["path"]
+    default = expected.get("digest") if expected.get("path") == path else r.saved_digests.get(path, expected.get("digest"))
+    return r.saved_digest_for(loaded, default)
 
 
 def _rank_problems(r: Restore) -> tuple[list[str], list[dict]]:
@@ -86,10 +89,10 @@ def _rank_problems(r: Restore) -> tuple[list[str], list[dict]]:
                 f"step {expected['step']} ({_ckpt(expected['path'])})"
             )
             examples.append(loaded)
-        elif _saved_digest(r, expected, path) not in (None, loaded.get("digest")):
+        elif _saved_digest(r, expected, loaded) not in (None, loaded.get("digest")):
             problems.append(
                 f"{who} loaded {_ckpt(path)} with digest {short(loaded.get('digest'))}, but it was saved with "
-                f"digest {short(_saved_digest(r, expected, path))}: the file changed after its save"
+                f"digest {short(_saved_digest(r, expected, loaded))}: the file changed after its save"
             )
             examples.append(loaded)
         if rec.first_step is not None and rec.first_step["step"] != loaded["step"] + 1:
@@ -126,8 +129,14 @@ def _judge_restore(history: History, r: Restore) -> Judged:
         if loaded is None:
             parts.append(f"ranks {ranks} had no durable checkpoint and started from step 1")
         else:
-            parts.append(f"ranks {ranks} loaded {_ckpt(path)} (step {loaded['step']}, digest "
-                         f"{short(loaded.get('digest'))} = as saved) and resumed at step {loaded['step'] + 1}")
+            digests = {rec.loaded.get("digest") for rec in r.ranks.values() if rec.loaded and rec.loaded["path"] == path}
+            loads = [rec.loaded for rank, rec in r.ranks.items() if rank in ranks and rec.loaded is not None]
+            compared = [e for e in loads if r.saved_digest_for(e, "") is not None]
+            digest = ("resharded: saved at another world size, digests not comparable" if len(compared) < len(loads)
+                      else f"digest {short(loaded.get('digest'))} = as saved" if len(digests) == 1
+                      else "each rank's shard digest = its own save's")
+            parts.append(f"ranks {ranks} loaded {_ckpt(path)} (step {loaded['step']}, {digest}) and resumed at "
+                         f"step {loaded['step'] + 1}")
             if path in r.torn:
                 parts[-1] += (f" (the save of step {r.torn[path].get('step')} to the same path began but did not "
                               f"complete before the fault; the file still held the step-{loaded['step']} save)")

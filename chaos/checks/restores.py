@@ -37,6 +37,18 @@ class Restore:
     torn: dict[str, Event]  # path → checkpoint_save_begin not followed by checkpoint_saved before the fault
     damaged: dict[str, Event] = field(default_factory=dict)  # path → the checkpoint fault that damaged it
     ranks: dict[int, RankRecovery] = field(default_factory=dict)
+    # saves whose digest is of the saving rank's own shards (``digest_scope: "shard"``, e.g. FSDP2):
+    # (rank, world size, path) → digest; such a digest compares only with the same rank's at that world size
+    shard_digests: dict[tuple[int, int, str], str] = field(default_factory=dict)
+
+    def saved_digest_for(self, loaded: Event, default: str | None) -> str | None:
+        """The digest ``loaded`` (a ``checkpoint_loaded`` event) should carry: for a checkpoint saved
+        with per-rank shard digests, the loading rank's own at the world size it loads at (None when
+        that rank did not save it at that size: a resharded load cannot be compared); else ``default``."""
+        path = loaded["path"]
+        if any(p == path for _, _, p in self.shard_digests):
+            return self.shard_digests.get((loaded.get("rank", -1), loaded.get("world_size", -1), path))
+        return default
 
     @property
     def step(self) -> int | None:
@@ -115,6 +127,8 @@ def restores(history: History) -> list[Restore]:
             last_step_before=max(steps_before) if steps_before else None,
             durable=max(saved, key=lambda e: (e["step"], e["t"])) if saved else None,
             saved_digests={e["path"]: e["digest"] for e in saved},
+            shard_digests={(e["rank"], e.get("world_size", -1), e["path"]): e["digest"] for e in saved
+                           if e.get("digest_scope") == "shard"},
             torn=torn,
             damaged={e["path"]: damaged[os.path.basename(e["path"])] for e in all_saved
                      if os.path.basename(e["path"]) in damaged},

@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["Probe", "get", "param_digest", "bytes_digest"]
+__all__ = ["Probe", "get", "param_digest", "bytes_digest", "dir_digest", "local_tensor"]
 
 GATE_POLL_S = 0.002
 RUNNER_CHECK_S = 1.0
@@ -54,16 +54,50 @@ def param_digest(params: Iterable[Any]) -> str:
 
     Two digests are equal iff, with overwhelming probability, every element of every tensor is
     bitwise equal, in the same order and shapes. Costs one BLAKE2b pass over the tensors' bytes.
+
+    A sharded tensor (a ``DTensor``, as FSDP2's ``fully_shard`` makes every parameter) counts as this
+    rank's local shard (``to_local()``): a sharded model's digest is per rank, no collective is run,
+    and it equals the digest of the same rank in another run at the same world size and sharding.
     """
     import torch
 
     h = hashlib.blake2b(digest_size=8)
     for p in params:
-        t = p.detach()
+        t = local_tensor(p).detach()
         if t.device.type != "cpu":
             t = t.cpu()
         h.update(t.contiguous().view(-1).view(torch.uint8).numpy().data)
     return h.hexdigest()
+
+
+def dir_digest(path: str | os.PathLike[str]) -> str:
+    """SHA-256 (64 hex digits) of a checkpoint directory: over its regular files (symlinks skipped) in
+    sorted order of their relative POSIX paths, each as ``name``, a NUL byte, its size (8 bytes,
+    little-endian) and its bytes. A renamed, removed, added, truncated or changed file changes it.
+
+    Raises ``OSError`` when the directory or a file cannot be read."""
+    root = os.fspath(path)
+    names = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            if os.path.isfile(full) and not os.path.islink(full):
+                names.append(os.path.relpath(full, root).replace(os.sep, "/"))
+    h = hashlib.sha256()
+    for name in sorted(names):
+        full = os.path.join(root, *name.split("/"))
+        h.update(name.encode() + b"\0" + os.path.getsize(full).to_bytes(8, "little"))
+        with open(full, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def local_tensor(t: Any) -> Any:
+    """This rank's part of ``t``: the local shard of a ``DTensor`` (a view sharing its storage, so an
+    in-place change lands in the parameter), else ``t`` itself."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if callable(to_local) else t
 
 
 class Probe:

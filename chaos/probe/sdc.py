@@ -12,6 +12,10 @@ Where a gradient fault lands:
 A parameter fault flips a bit of a weight in memory after the optimizer step
 (:meth:`Injector.after_step`).
 
+On a sharded model (FSDP2: every parameter a ``DTensor``) a fault changes this rank's local shard;
+``local`` gradient faults are refused there (``sdc_fault_invalid``): FSDP sets a sharded parameter's
+gradient after its reduce-scatter, so no hook sees the rank's own gradient before the reduction.
+
 A fault with ``steps: N`` fires on N step executions (persistent); ``steps: 1`` is transient. A step
 executed again after a rollback counts as a new execution, so a transient fault does not come back.
 The injector draws its choices from its own seeded ``random.Random`` and never touches torch's RNG,
@@ -38,7 +42,7 @@ from typing import Any
 
 import torch
 
-from chaos.probe import Probe
+from chaos.probe import Probe, local_tensor
 
 BITS = {"sign": 31, "exponent": 30, "mantissa": 0}
 MODES = ("bitflip", "nan", "inf", "scale", "noise")
@@ -98,6 +102,16 @@ class Injector:
         self.step = 0
         self.execution = 0
         self._done: set[tuple[str, int]] = set()  # (fault id, execution) already injected
+        if any(f.kind == "gradient" and f.where == "local" for f in self.faults) and any(
+                local_tensor(p) is not p for p in self.params.values()):
+            # FSDP2's sharded parameters get their gradient after the reduce-scatter, set by FSDP
+            # itself: no tensor hook on them sees a rank's own gradient before the reduction
+            for f in [f for f in self.faults if f.kind == "gradient" and f.where == "local"]:
+                probe.emit("sdc_fault_invalid", fault_id=f.id, reason="where: local needs a hook on this rank's "
+                           "gradient before the reduction, and the model's parameters are sharded (DTensor, "
+                           "e.g. FSDP2) so none sees it: use where: replica (this rank's shard of the reduced "
+                           "gradient)")
+                self.faults.remove(f)
         for name, p in self.params.items():
             if any(f.kind == "gradient" and f.where == "local" for f in self.faults):
                 p.register_hook(self._local_hook(name))
@@ -156,6 +170,7 @@ class Injector:
         return names[self._rng(f).randrange(len(names))]
 
     def _corrupt(self, f: SdcFault, name: str, tensor: torch.Tensor) -> None:
+        tensor = local_tensor(tensor)  # a sharded tensor: this rank's shard (a view: the change lands in place)
         rng = self._rng(f)
         flat = tensor.view(-1)
         count = max(1, round(f.fraction * flat.numel())) if f.fraction is not None else min(f.elements, flat.numel())

@@ -25,9 +25,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from chaos.accelcheck import accelerate_problem, is_accelerate
 from chaos.checks.durability import MISSING
 from chaos.dcpcheck import dcp_problem, is_dcp, warm
 from chaos.history import Event, RunnerLog
+
+# files written by torch.save that chaos test-loads: ours and DDP scripts' .pt/.pth, Lightning's .ckpt
+TORCH_SAVE_SUFFIXES = (".pt", ".pth", ".ckpt")
 
 METADATA = ".metadata"
 LATEST = "latest"
@@ -70,9 +74,11 @@ def _verify(path: Path, digest: str | None) -> str | None:
         actual = _sha256(path)
         if digest and actual != digest:
             return f"its digest is {actual[:12]}, the job saved {digest[:12]}"
-        return _loadable(path) if path.suffix == ".pt" else None
+        return _loadable(path) if path.suffix in TORCH_SAVE_SUFFIXES else None
     if is_dcp(path):
         return dcp_problem(path)
+    if is_accelerate(path):  # an Accelerate save_state directory: no marker; the digest is over its files
+        return accelerate_problem(path, digest)
     try:
         meta = json.loads((path / METADATA).read_text())
     except FileNotFoundError:
@@ -162,7 +168,7 @@ class CheckpointWatcher:
             return None
         self._latest = name
         target = root / name
-        complete = (target / METADATA).exists() if target.is_dir() else target.exists()
+        complete = ((target / METADATA).exists() or is_accelerate(target)) if target.is_dir() else target.exists()
         why = None
         if complete:
             saved = self.saved.get(str(self.checkpoint_dir / name))

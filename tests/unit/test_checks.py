@@ -506,3 +506,38 @@ def test_restored_judges_the_first_process_that_reached_the_restore_and_counts_f
     v = judge("restored_from_checkpoint", events)
     assert v.status == "ok", v.explanation
     assert "after 2 worker start(s) that died before restoring: RuntimeError: Gloo connectFullMesh" in v.explanation
+
+
+# -- restore of a sharded checkpoint (FSDP2 + DCP: each rank saves and loads its own shards) -------------
+def _sharded(events: list[dict], load_digests: dict[int, str], world_at_load: int = WORLD) -> list[dict]:
+    """Every rank reports each save with the digest of its own shards (``digest_scope: shard``); the
+    restarted ranks load with ``load_digests[rank]`` at ``world_at_load``."""
+    out = []
+    for e in events:
+        if e["kind"] == "checkpoint_saved":
+            out += [{**e, "rank": r, "pid": e["pid"] + r, "digest": f"shard{r}-{e['step']}", "digest_scope": "shard"}
+                    for r in range(WORLD)]
+        elif e["kind"] == "checkpoint_loaded":
+            out.append({**e, "digest": load_digests[e["rank"]], "digest_scope": "shard", "world_size": world_at_load})
+        else:
+            out.append(e)
+    return out
+
+
+def test_restored_compares_a_sharded_load_with_the_same_ranks_own_save():
+    v = judge("restored_from_checkpoint", _sharded(kill_run(), {0: "shard0-20", 1: "shard1-20"}))
+    assert v.status == "ok", v.explanation
+    assert "each rank's shard digest = its own save's" in v.explanation
+
+
+def test_restored_fails_when_a_rank_loads_shards_other_than_it_saved():
+    v = judge("restored_from_checkpoint", _sharded(kill_run(), {0: "shard0-20", 1: "shard0-20"}))
+    assert v.status == "failed", v.explanation
+    assert "rank 1 (restart 1, pid 201) loaded ckpt-000020.pt with digest" in v.explanation
+    assert "rank 0" not in v.explanation
+
+
+def test_restored_does_not_compare_a_resharded_load_at_another_world_size():
+    v = judge("restored_from_checkpoint", _sharded(kill_run(), {0: "whole-20", 1: "whole-20"}, world_at_load=1))
+    assert v.status == "ok", v.explanation
+    assert "resharded: saved at another world size, digests not comparable" in v.explanation

@@ -15,10 +15,11 @@ PACKAGE = Path(__file__).resolve().parents[2] / "chaos"
 # lowest first; a module belongs to the first entry that is it or a package above it
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundation", ["chaos.errors", "chaos.paths", "chaos.history", "chaos.logtext", "chaos.kinds", "chaos.probe",
-                    "chaos.plugins", "chaos.safedir", "chaos.readlimit"]),
+                    "chaos.plugins", "chaos.safedir", "chaos.readlimit", "chaos.integrations"]),
     ("model", ["chaos.scenario"]),
     ("judgement and mechanisms", ["chaos.checks", "chaos.timeline", "chaos.net", "chaos.disk", "chaos.reserve",
-                                  "chaos.manifest", "chaos.capabilities", "chaos.dcpcheck", "chaos.worker_table"]),
+                                  "chaos.manifest", "chaos.capabilities", "chaos.dcpcheck", "chaos.accelcheck",
+                                  "chaos.worker_table"]),
     ("verdicts", ["chaos.verdicts"]),
     ("loading, backends, strategies", ["chaos.load", "chaos.backends", "chaos.strategies"]),
     ("faults, black-box runtime, cleanup", ["chaos.faults", "chaos.observe", "chaos.cleanup"]),
