@@ -46,13 +46,21 @@ def _sha256(path: Path) -> str:
 
 
 def _loadable(path: Path) -> str | None:
-    """None if ``torch.load`` accepts the file, else why not."""
+    """None if ``torch.load`` accepts the file, else why not. A file that pickles the job's own classes
+    (``torch.save(model)``, Lightning's ``hyper_parameters``) cannot be unpickled here, where the job's
+    modules are not importable: that is not judged a failure (its digest was compared already)."""
     import torch
 
     try:
         torch.load(io.BytesIO(path.read_bytes()), weights_only=False, map_location="cpu")
         return None
-    except Exception as exc:  # any failure to load is the finding
+    except ImportError:  # ModuleNotFoundError: a class of the job's own
+        return None
+    except AttributeError as exc:
+        if "Can't get attribute" in str(exc):  # a class defined in the job's __main__
+            return None
+        return f"torch.load fails: {type(exc).__name__}: {str(exc)[:160]}"
+    except Exception as exc:  # any other failure to load is the finding
         return f"torch.load fails: {type(exc).__name__}: {str(exc)[:160]}"
 
 

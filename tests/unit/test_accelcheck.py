@@ -134,3 +134,24 @@ def test_a_directory_that_is_gone_or_not_accelerate(tmp_path: Path) -> None:
     assert "missing" in str(verify(tmp_path, None))
     (tmp_path / ".metadata").write_text("{}")
     assert not is_accelerate(tmp_path)  # chaos's own directory format wins
+
+
+def test_a_checkpoint_that_pickles_the_jobs_own_class_is_not_failed_for_it(tmp_path, monkeypatch) -> None:
+    """torch.save(model) of a class the runner cannot import: the watcher's test-load must not call
+    that a broken checkpoint (the job's modules are not on the runner's path); a torn file still is."""
+    import sys
+
+    from chaos.run.ckptwatch import verify
+
+    (tmp_path / "jobmodel.py").write_text("class Net:\n    def __init__(self):\n        self.w = [1.0, 2.0]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import jobmodel  # type: ignore[import-not-found]
+
+    ckpt = tmp_path / "last.ckpt"
+    torch.save({"model": jobmodel.Net()}, ckpt)
+    monkeypatch.delitem(sys.modules, "jobmodel")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])
+    (tmp_path / "jobmodel.py").unlink()
+    assert verify(ckpt, None) is None
+    ckpt.write_bytes(ckpt.read_bytes()[:64])
+    assert str(verify(ckpt, None)).startswith("torch.load fails: ")
