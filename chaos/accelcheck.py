@@ -28,7 +28,7 @@ import os
 import re
 from pathlib import Path
 
-from chaos.probe import dir_digest
+from chaos.probe import dir_digest, dir_files
 
 METADATA = ".metadata"  # chaos's and DCP's marker: a directory with one is not an Accelerate one
 MODEL = re.compile(r"^(?:model(?:_\d+)?\.safetensors|pytorch_model(?:_\d+)?\.bin)$")
@@ -41,16 +41,6 @@ TORCH_LOADED = (".bin", ".pkl", ".pt")
 DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
                "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit on the JSON header
-
-
-def _files(path: Path) -> list[str]:
-    out = []
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
-            full = os.path.join(dirpath, name)
-            if os.path.isfile(full) and not os.path.islink(full):
-                out.append(os.path.relpath(full, path).replace(os.sep, "/"))
-    return sorted(out)
 
 
 def state_digest(path: Path) -> str:
@@ -152,7 +142,7 @@ def accelerate_problem(path: Path, digest: str | None = None) -> str | None:
     try:
         if not path.is_dir():
             return "it is gone" if not path.exists() else "it is not a directory"
-        names = _files(path)
+        names = dir_files(path)
         why = missing_file([n for n in names if "/" not in n])
         if why:
             return why

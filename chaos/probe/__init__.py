@@ -70,12 +70,8 @@ def param_digest(params: Iterable[Any]) -> str:
     return h.hexdigest()
 
 
-def dir_digest(path: str | os.PathLike[str]) -> str:
-    """SHA-256 (64 hex digits) of a checkpoint directory: over its regular files (symlinks skipped) in
-    sorted order of their relative POSIX paths, each as ``name``, a NUL byte, its size (8 bytes,
-    little-endian) and its bytes. A renamed, removed, added, truncated or changed file changes it.
-
-    Raises ``OSError`` when the directory or a file cannot be read."""
+def dir_files(path: str | os.PathLike[str]) -> list[str]:
+    """The regular files under the directory ``path`` (symlinks skipped), as relative POSIX paths, sorted."""
     root = os.fspath(path)
     names = []
     for dirpath, _dirs, files in os.walk(root):
@@ -83,8 +79,18 @@ def dir_digest(path: str | os.PathLike[str]) -> str:
             full = os.path.join(dirpath, name)
             if os.path.isfile(full) and not os.path.islink(full):
                 names.append(os.path.relpath(full, root).replace(os.sep, "/"))
+    return sorted(names)
+
+
+def dir_digest(path: str | os.PathLike[str]) -> str:
+    """SHA-256 (64 hex digits) of a checkpoint directory: over its regular files (symlinks skipped) in
+    sorted order of their relative POSIX paths, each as ``name``, a NUL byte, its size (8 bytes,
+    little-endian) and its bytes. A renamed, removed, added, truncated or changed file changes it.
+
+    Raises ``OSError`` when the directory or a file cannot be read."""
+    root = os.fspath(path)
     h = hashlib.sha256()
-    for name in sorted(names):
+    for name in dir_files(root):
         full = os.path.join(root, *name.split("/"))
         h.update(name.encode() + b"\0" + os.path.getsize(full).to_bytes(8, "little"))
         with open(full, "rb") as f:
