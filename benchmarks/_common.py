@@ -345,3 +345,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             continue
+
+
+def measure_and_write(measure: Callable[[], BenchResult], markdown: Callable[[BenchResult, float, ForeignLoad], str],
+                      out: Path, write: bool = True) -> BenchResult:
+    """A benchmark's ``main``: ``measure()`` while :class:`ForeignLoad` samples the machine's other load,
+    print the result, and unless ``write`` is false write ``markdown(result, duration_s, load)`` to ``out``."""
+    t0 = time.monotonic()
+    with ForeignLoad() as load:
+        result = measure()
+    duration = time.monotonic() - t0
+    print(result.render())
+    if write:
+        out.write_text(markdown(result, duration, load), encoding="utf-8")
+        print(f"wrote {out}")
+    return result

@@ -1,7 +1,7 @@
 """Run every benchmark and write ``benchmarks/RESULTS.md``.
 
-Order: probe overhead, runner overhead, step accuracy (about 6, 3 and 6 minutes in full on a 2-core
-machine; ``--quick`` takes a few minutes in all). The CPU used by other processes during each
+Order: probe overhead, runner overhead, step accuracy, journal scale (about 6, 3, 6 and 15 minutes in
+full on a 2-core machine; ``--quick`` takes a few minutes in all). The CPU used by other processes during each
 benchmark goes into the report, because on a small machine anything else running skews the ratios.
 
 Run: ``python -m benchmarks.run_all [--quick] [--out PATH] [--wait-quiet-s S]``.
@@ -19,7 +19,7 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import probe_overhead, runner_overhead, step_accuracy
+from benchmarks import journal_scale, probe_overhead, runner_overhead, step_accuracy
 from benchmarks._common import QUIET_CPUS, BenchResult, ForeignLoad, machine, wait_quiet
 from benchmarks._report import met, mode_line, preamble, table, text
 
@@ -27,6 +27,7 @@ BENCHMARKS: list[tuple[str, Callable[[bool], BenchResult]]] = [
     ("probe_overhead", probe_overhead.run),
     ("runner_overhead", runner_overhead.run),
     ("step_accuracy", step_accuracy.run),
+    ("journal_scale", journal_scale.run),
 ]
 DEFAULT_OUT = Path(__file__).resolve().parent / "RESULTS.md"
 __all__ = ["BENCHMARKS", "QUIET_CPUS", "render_markdown", "wait_quiet"]

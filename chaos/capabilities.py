@@ -94,6 +94,13 @@ def _slurm() -> str | None:
     return _netns()
 
 
+def _cgroup2() -> str | None:
+    from chaos.cgroup2 import cgroup_status
+
+    ok, why = cgroup_status()
+    return None if ok else why
+
+
 CAPABILITIES: dict[str, Callable[[], str | None]] = {
     "torch": _torch,
     "sklearn": _sklearn,
@@ -108,6 +115,7 @@ CAPABILITIES: dict[str, Callable[[], str | None]] = {
     "lightning": _package("lightning", "lightning"),
     "accelerate": _package("accelerate", "accelerate"),
     "torchft": _package("torchft", "torchft"),
+    "cgroup2": _cgroup2,
 }
 
 

@@ -118,6 +118,36 @@ def _empty_state(metadata: Any) -> dict[str, Any]:
     return state
 
 
+def _load_whole(path: Path, metadata: Any) -> dict[str, Any]:
+    """Every item ``metadata`` lists, loaded from ``path`` by ``dcp.load`` on CPU with no process group."""
+    import torch.distributed.checkpoint as dcp
+
+    state = _empty_state(metadata)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "torch.distributed is ... uninitialized, assuming a single process"
+        dcp.load(state, storage_reader=dcp.FileSystemReader(str(path)), no_dist=True)
+    return state
+
+
+def read_tensors(path: Path) -> dict[str, Any]:
+    """The tensors of the DCP checkpoint directory ``path``, whole (every rank's shards put together,
+    whatever world size wrote them): ``{fully qualified name: torch.Tensor}`` on CPU, names as DCP
+    flattens them (``model.0.weight``, ``optim.state.0.weight.momentum_buffer``). Pickled objects are
+    left out. Raises ``ValueError`` naming why the directory cannot be read."""
+    metadata, why = read_metadata(path)
+    if metadata is None:
+        raise ValueError(f"{path}: {why}")
+    try:
+        state = _load_whole(path, metadata)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # DCP's CheckpointException is a BaseException
+        raise ValueError(f"{path}: dcp.load fails: {_brief(exc)}") from None
+    import torch
+
+    return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+
 def dcp_problem(path: Path) -> str | None:
     """None if the DCP checkpoint directory ``path`` loads whole with ``dcp.load`` on CPU, else why not.
     Never raises: a checkpoint that vanishes or cannot be read is the finding."""
@@ -132,12 +162,7 @@ def dcp_problem(path: Path) -> str | None:
             size = f.stat().st_size
             if size < need:
                 return f"{name} has {size} bytes, its {METADATA} needs {need}"
-        import torch.distributed.checkpoint as dcp
-
-        state = _empty_state(metadata)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "torch.distributed is ... uninitialized, assuming a single process"
-            dcp.load(state, storage_reader=dcp.FileSystemReader(str(path)), no_dist=True)
+        _load_whole(path, metadata)
         return None
     except (KeyboardInterrupt, SystemExit):
         raise
@@ -145,4 +170,5 @@ def dcp_problem(path: Path) -> str | None:
         return f"dcp.load fails: {_brief(exc)}"
 
 
-__all__ = ["METADATA", "dcp_problem", "is_dcp", "item_offsets", "needed_bytes", "read_metadata", "warm"]
+__all__ = ["METADATA", "dcp_problem", "is_dcp", "item_offsets", "needed_bytes", "read_metadata", "read_tensors",
+           "warm"]

@@ -15,11 +15,12 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 Event = dict[str, Any]
+T = TypeVar("T")
 
 JOURNAL = "journal.jsonl"
 RUNNER_EVENTS = "runner.jsonl"
@@ -154,19 +155,22 @@ def _open_regular(path: Path) -> Any:
     return os.fdopen(fd, "rb")
 
 
-def read_events(paths: Iterable[Path]) -> list[Event]:
-    """All parseable events of the given JSONL files (torn last lines of killed writers skipped)."""
-    out: list[Event] = []
+def _read_lines(paths: Iterable[Path]) -> Iterator[tuple[Event, bytes]]:
+    """(event, its line as read, stripped) for every parseable event of the given JSONL files."""
     for path in paths:
         try:
             with _open_regular(path) as f:
                 for line in f:
                     event = _parse(line)
                     if event is not None:
-                        out.append(event)
+                        yield event, line.strip()
         except OSError:  # gone, or not a regular file (a symlink, a FIFO): not an event file
             continue
-    return out
+
+
+def read_events(paths: Iterable[Path]) -> list[Event]:
+    """All parseable events of the given JSONL files (torn last lines of killed writers skipped)."""
+    return [event for event, _ in _read_lines(paths)]
 
 
 def _order(event: Event) -> tuple[float, int, int, int]:
@@ -181,12 +185,13 @@ def merge_run_dir(run_dir: Path) -> list[Event]:
     """
     run_dir = Path(run_dir)
     files = [run_dir / RUNNER_EVENTS, *sorted((run_dir / "events").glob("*.jsonl"))]
-    events = sorted(read_events(files), key=_order)
+    read = sorted(_read_lines(files), key=lambda pair: _order(pair[0]))
+    events = [event for event, _ in read]
     tmp = run_dir / (JOURNAL + ".tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for event in events:
-                f.write(json.dumps(event, default=str) + "\n")
+        with open(tmp, "wb") as f:  # each line as it was read: it parsed and passed event_problem already
+            for _, line in read:
+                f.write(line + b"\n")
         os.replace(tmp, run_dir / JOURNAL)
     except OSError:  # a full disk: no half-written journal left behind; the sources stay
         with contextlib.suppress(OSError):
@@ -204,10 +209,37 @@ def load_journal(path: Path) -> list[Event]:
 
 
 class History:
-    """Read-only queries over a run's merged events (what checks consume)."""
+    """Read-only queries over a run's merged events (what checks consume).
+
+    The events are indexed once, on the first query that needs it: by kind, the job side's by kind,
+    and the job side's by pid, so that a query costs what it returns, not a scan of the whole history
+    (a 64-rank journal of 10k steps holds over a million events; issue 18). ``events`` must not be
+    changed after the first query. :meth:`memo` keeps an analysis several checks share (the restores)
+    computed once per history."""
 
     def __init__(self, events: Iterable[Event]) -> None:
         self.events: list[Event] = sorted(events, key=_order)
+        self._by_kind: dict[str, list[int]] | None = None
+        self._job_by_kind: dict[str, list[int]] = {}
+        self._job_by_pid: dict[Any, list[int]] = {}
+        self._memo: dict[Hashable, Any] = {}
+
+    def _index(self) -> dict[str, list[int]]:
+        if self._by_kind is None:
+            by_kind: dict[str, list[int]] = {}
+            for i, e in enumerate(self.events):
+                by_kind.setdefault(e["kind"], []).append(i)
+                if e.get("source") != "runner":
+                    self._job_by_kind.setdefault(e["kind"], []).append(i)
+                    self._job_by_pid.setdefault(e.get("pid"), []).append(i)
+            self._by_kind = by_kind
+        return self._by_kind
+
+    def _pick(self, index: dict[str, list[int]], kinds: tuple[str, ...]) -> list[Event]:
+        if len(kinds) == 1:
+            return [self.events[i] for i in index.get(kinds[0], ())]
+        positions = sorted(i for k in dict.fromkeys(kinds) for i in index.get(k, ()))
+        return [self.events[i] for i in positions]
 
     def __iter__(self) -> Iterator[Event]:
         return iter(self.events)
@@ -215,18 +247,28 @@ class History:
     def __len__(self) -> int:
         return len(self.events)
 
+    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()``, once per history and ``key``: an analysis several checks share. The result is
+        shared too, so callers must not change it; ``key`` holds whatever else the analysis reads (the
+        fault kinds' rows, which a plugin may add between two judgements)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
     def of(self, *kinds: str) -> list[Event]:
         """Events whose kind is one of ``kinds``, in time order."""
-        return [e for e in self.events if e["kind"] in kinds]
+        return self._pick(self._index(), kinds)
 
     def job_events(self, *kinds: str) -> list[Event]:
         """Events of the given kinds that the job's side recorded, not the runner: the probe's in the
         workers, a black-box target's observer's (``"source": "blackbox"``: its log lines, its workers'
         starts) and the disk filesystem's (``"source": "disk"``)."""
-        return [e for e in self.events if e.get("source") != "runner" and e["kind"] in kinds]
+        self._index()
+        return self._pick(self._job_by_kind, kinds)
 
     def first(self, kind: str) -> Event | None:
-        return next((e for e in self.events if e["kind"] == kind), None)
+        found = self._index().get(kind)
+        return self.events[found[0]] if found else None
 
     def faults(self) -> list[Event]:
         """``fault_inject`` events, in time order."""
@@ -249,10 +291,9 @@ class History:
 
     def of_pid(self, pid: int, *kinds: str) -> list[Event]:
         """Job-side events (as :meth:`job_events`) of one worker process (optionally of some kinds only)."""
-        return [
-            e for e in self.events
-            if e.get("source") != "runner" and e.get("pid") == pid and (not kinds or e["kind"] in kinds)
-        ]
+        self._index()
+        mine = (self.events[i] for i in self._job_by_pid.get(pid, ()))
+        return [e for e in mine if e["kind"] in kinds] if kinds else list(mine)
 
     def collective_timeouts(self) -> dict[int, float]:
         """rank → the collective timeout, seconds, that its probe found the job's process group to

@@ -62,6 +62,8 @@ KINDS: tuple[Kind, ...] = (
     _network("bandwidth", "cap a node's outgoing bandwidth (tc tbf); netns/docker", 6),
     _network("partition", "split the nodes in two sides that cannot reach each other (iptables); netns/docker", 7,
              needs_regroup=True),
+    Kind("lighthouse-partition", "cut one torchft replica group off from the Lighthouse (iptables on its "
+         "cgroup) for duration_s; backend local with replica_groups", disrupts=True, node_level=True, heals=True),
     Kind("disk", "stall, slow or fail chosen file operations (write, fsync, rename, ...) on the checkpoint "
          "directory, optionally of one rank, through a FUSE pass-through filesystem", family="disk",
          explore_order=3, disrupts=True, heals=True, needs_checkpoints=True),

@@ -56,6 +56,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "netns": ("name",),
     "veth": ("name",),
     "bridge": ("name",),
+    "cgroup": ("name",),  # a torchft replica group's cgroup under the cgroup v2 root (path: where it was)
     "container": ("name",),
     "network": ("name",),
     "image": ("tag",),

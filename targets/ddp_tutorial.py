@@ -17,7 +17,9 @@ Where it differs from the tutorial, on purpose:
 - ``--save-delay-ms`` sleeps that long after each MiB the save writes (a slow shared filesystem; 0: at
   disk speed), so that a fault can land in the middle of a save;
 - the loss is MSE (the tutorial's ``cross_entropy`` on a one-column output is always 0), printed at
-  the end of each epoch.
+  the end of each epoch;
+- every rank waits at a barrier before ``destroy_process_group`` (gloo on torch 2.13 can abort a rank
+  that tears down while rank 0 is still saving).
 
 Run by hand: ``torchrun --standalone --nproc-per-node 2 targets/ddp_tutorial.py --total-epochs 5``
 """
@@ -166,6 +168,10 @@ def main(args: argparse.Namespace) -> None:
     trainer = Trainer(model, train_data, optimizer, args.save_every, args.snapshot_path, args.atomic,
                       args.save_delay_ms)
     trainer.train(args.total_epochs)
+    # wait for rank 0's last save before tearing gloo down: a rank that destroys its group while a peer
+    # is still in a save can abort in gloo's destructors ("terminate called without an active
+    # exception", SIGABRT), which torchrun counts as a failure of a correct job
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -17,7 +17,8 @@ on load, so a checkpoint written by 2 ranks loads on 1.
 Determinism: the data of step ``s`` is a fixed global batch of ``--global-batch`` samples drawn by a
 generator seeded by ``(seed, s)``; rank ``r`` of ``w`` trains on its ``r``-th slice of it. A run that is
 killed and resumed at the same world size ends bitwise equal to a run with no faults. At another
-world size it is the same computation up to floating-point summation order (not bitwise).
+world size (an elastic job that lost a node) it is the same computation up to floating-point summation
+order: not bitwise, within a small tolerance (``equivalent_to_reference`` compares the final checkpoints).
 
 The probe's digests are of each rank's *local shards* (``probe.param_digest`` on DTensors): rank 0's
 digest covers the first half of every parameter's rows, rank 1's the second half; the checkpoint
@@ -36,6 +37,9 @@ Deliberately broken modes (``--broken``):
                        without waiting for it: ``latest`` names a directory that has no .metadata yet
   no-optim-restore     resume loads the model's shards but not the optimizer's (momentum starts over)
   ignore-metadata      resume takes the newest ``step-*`` directory whether it has a .metadata or not
+  stale-data-split     after a resume at another world size, each rank keeps splitting the global batch
+                       by the world size that wrote the checkpoint (``world_size_saved``): on a smaller
+                       world part of every global batch is never trained on (an elastic job's bug)
 
 Run by hand: ``torchrun --standalone --nproc-per-node 2 targets/fsdp2_dcp.py --checkpoint-dir /tmp/ck``
 """
@@ -63,7 +67,7 @@ from chaos import probe
 from chaos.probe import sdc
 from chaos.probe.detectors import SdcDetectors
 
-BROKEN_MODES = ("latest-without-wait", "no-optim-restore", "ignore-metadata")
+BROKEN_MODES = ("latest-without-wait", "no-optim-restore", "ignore-metadata", "stale-data-split")
 STEP_DIR = re.compile(r"^step-(\d{6})$")
 FEATURES, CLASSES, SAMPLES = 32, 10, 4096
 
@@ -206,8 +210,11 @@ def main(argv: list[str] | None = None) -> None:
             set_model_state_dict(model, state["model"])
         else:
             set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        saved_world = int(state["world_size"])
         p.checkpoint_loaded(int(state["step"]), path, probe.param_digest(model.parameters()), digest_scope="shard",
-                            world_size_saved=int(state["world_size"]))
+                            world_size_saved=saved_world)
+        if "stale-data-split" in args.broken and saved_world > world:
+            split[0] = saved_world
         return int(state["step"])
 
     # SDC: chaos's injector (a no-op outside a chaos run), then the detectors; an alarm rolls every
@@ -216,6 +223,7 @@ def main(argv: list[str] | None = None) -> None:
     det = SdcDetectors(p, model, nonfinite="nonfinite" in args.sdc_detectors, spike="spike" in args.sdc_detectors,
                        digest_every=0, warmup=20, window=50)
     rollbacks: dict[int, int] = {}
+    split = [world]  # the world size the global batch is split by (the bug: the saved one, after a resume)
     step = restore_newest() or 0
     pending: Any = None  # the async save in flight: (future, step, path, digest)
 
@@ -234,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
 
     while step < args.steps:
         began = time.monotonic()
-        x, y = my_slice(args.seed, step + 1, rank, world, args.global_batch, data)
+        x, y = my_slice(args.seed, step + 1, rank, split[0], args.global_batch, data)
         opt.zero_grad(set_to_none=True)
         inj.begin_step(step + 1)
         det.begin_step(step + 1)

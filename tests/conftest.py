@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -90,6 +91,7 @@ TIMING = ("tests/net/", "tests/disk/", "tests/e2e/test_nodes.py", "tests/e2e/tes
           "tests/e2e/test_midwrite.py", "tests/e2e/test_loadable_windows.py",
           "tests/e2e/test_lightning.py",  # FUSE write holds and a no_hang bound
           "tests/e2e/test_fsdp2.py",  # a disk stall during an async save
+          "tests/e2e/test_torchft.py",  # stall bounds of the surviving replica group
           "tests/ssh/",  # real sshd hosts with network faults
           "tests/slurm/")  # a real Slurm cluster, with network faults
 EXCLUSIVE = ("tests/e2e/test_cleanup.py", "tests/e2e/test_soak.py")
@@ -129,3 +131,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif path.startswith(EXCLUSIVE):
             item.add_marker(pytest.mark.exclusive)
     _balance(items)
+
+
+def world_sizes(result: Any) -> list[int]:
+    """The distinct world sizes a run's job ran at (its workers' ``start`` events), in order."""
+    out: list[int] = []
+    for e in result.events:
+        if e["kind"] == "start" and e.get("source") != "runner" and (not out or out[-1] != e["world_size"]):
+            out.append(e["world_size"])
+    return out

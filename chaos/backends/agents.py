@@ -25,7 +25,8 @@ from chaos.backends.procs import (
     signal_pids,
     starts_of,
 )
-from chaos.backends.torchrun import AgentLogs, agent_env, reserve_port, torchrun_args
+from chaos.backends.replica_groups import GroupRuntime, group_env
+from chaos.backends.torchrun import AgentLogs, agent_env, group_torchrun_args, reserve_port, torchrun_args
 from chaos.errors import ChaosError
 from chaos.history import RunnerLog
 from chaos.logtext import error_lines
@@ -62,6 +63,11 @@ class HostAgents(LocalProcesses):
         self._port: Reservation[int] | None = None  # held from start to teardown: no other run gets it
         self.manifest = Manifest(run_dir)  # what this run sets up, for chaos cleanup after a crash
         self._recorded: dict[int, dict[str, Any]] = {}  # node → its current agent, as the manifest has it
+        groups = getattr(spec, "replica_groups", None)  # a torchft job (local backend only)
+        self.groups: GroupRuntime | None = (GroupRuntime(spec, groups.lighthouse, run_id, run_dir, log, self.manifest)
+                                            if groups is not None else None)
+        self._group_ports: dict[int, Reservation[int]] = {}  # node → its own rendezvous port (torchft)
+        self._lighthouse_port: Reservation[int] | None = None
 
     # -- what a subclass decides ---------------------------------------------------------------
     def preflight(self, script: str | None = None) -> None:
@@ -101,19 +107,43 @@ class HostAgents(LocalProcesses):
         self.manifest.add("reservation", pool="ports", value=self.port)
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.setup()
+        if self.groups is not None:
+            self._start_groups(launch)
         for node in range(self.spec.nodes):
             self._start_agent(node)
+
+    def _start_groups(self, launch: LaunchSpec) -> None:
+        """A torchft job: a rendezvous port per replica group (node 0 keeps the run's), the groups'
+        cgroups, and the Lighthouse, listening before any group starts."""
+        assert self.groups is not None
+        self._group_ports[0] = self._port  # type: ignore[assignment]
+        for node in range(1, self.spec.nodes):
+            self._group_ports[node] = reserve_port()
+            self.manifest.add("reservation", pool="ports", value=self._group_ports[node].value)
+        self._lighthouse_port = reserve_port()
+        self.manifest.add("reservation", pool="ports", value=self._lighthouse_port.value)
+        self.groups.make_cgroups()
+        self.groups.start_lighthouse(self._lighthouse_port.value, launch.python, launch.env)
 
     def _start_agent(self, node: int) -> subprocess.Popen[bytes]:
         assert self.launch is not None
         launch = self.launch
         env = {**os.environ, **agent_env(self.spec, launch, node, self.iface(node))}
-        if self.spec.share_rdzv_tcp_store:
+        if self.spec.share_rdzv_tcp_store or self.groups is not None:
+            # torchft's Manager connects to the store at MASTER_ADDR:MASTER_PORT, which only the shared
+            # rendezvous store provides (nothing else hosts it before the Manager starts)
             env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
-        args = torchrun_args(self.spec, node, self.run_id, self.run_dir / "logs" / "torchelastic",
-                             self.endpoint_host(), self.port, self.local_addr(node))
+        log_dir = self.run_dir / "logs" / "torchelastic"
+        if self.groups is not None and self._lighthouse_port is not None:
+            env.update(group_env(self.spec, node, self._lighthouse_port.value))
+            args = group_torchrun_args(self.spec, node, self.run_id, log_dir, self._group_ports[node].value)
+        else:
+            args = torchrun_args(self.spec, node, self.run_id, log_dir, self.endpoint_host(), self.port,
+                                 self.local_addr(node))
         cmd = self.wrap(node, [launch.python or sys.executable, "-m", "chaos.agent_main", *args,
                                *launch.torchrun_args, launch.script, *launch.args])
+        if self.groups is not None:
+            cmd = self.groups.wrap(node, cmd)
         with open(self.logs.path(node), "ab") as out:
             proc = subprocess.Popen(
                 cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -126,6 +156,8 @@ class HostAgents(LocalProcesses):
         return proc
 
     def poll(self) -> list[tuple[int, int]]:
+        if self.groups is not None:
+            self.groups.poll()
         out = []
         for node, proc in self.procs.items():
             code = proc.poll()
@@ -246,14 +278,25 @@ class HostAgents(LocalProcesses):
                 except ProcessLookupError:
                     pass
                 proc.wait()
+        if self.groups is not None:
+            self.groups.teardown_lighthouse()
         killed = kill_run_processes(self.run_id)
         if killed:
             self.log.record("teardown_killed", pids=killed)
         self.poll()
         try:
+            if self.groups is not None:
+                self.groups.teardown()
             self.destroy()
         finally:
             if self._port is not None:
                 self._port.release()
                 with contextlib.suppress(OSError):
                     self.manifest.release("reservation", pool="ports", value=self.port)
+            for node, held in [*self._group_ports.items(), (-1, self._lighthouse_port)]:
+                if held is not None and node != 0:
+                    held.release()
+                    with contextlib.suppress(OSError):
+                        self.manifest.release("reservation", pool="ports", value=held.value)
+            self._group_ports.clear()
+            self._lighthouse_port = None

@@ -29,6 +29,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "veth": re.compile(r"^chv([0-9a-f]{6})n(\d+)$"),
     "chain": re.compile(r"^CHAOS-([0-9a-f]{6}|[0-9a-f]{8})-"),
     "container": re.compile(r"^chaos-([0-9a-f]{10})-n(\d+)$"),
+    "cgroup": re.compile(r"^chaos-([0-9a-f]{6})-g(\d+)$"),
 }
 """kind → the pattern of the names chaos gives it: group 1 the run token, group 2 (if any) the node."""
 
@@ -80,6 +81,12 @@ def forward_chain(token: str) -> str:
     return f"{PREFIX}{token}-FWD"
 
 
+def cgroup_name(token: str, node: int) -> str:
+    """``chaos-<token>-g<node>``: replica group ``node``'s cgroup (v2), which the Lighthouse partition's
+    iptables rule matches (``-m cgroup --path``)."""
+    return f"chaos-{token}-g{node}"
+
+
 def container_name(run_id: str, node: int) -> str:
     """``chaos-<10 hex>-n<node>``: node ``node``'s container."""
     return f"chaos-{short_id(run_id)}-n{node}"
@@ -117,5 +124,5 @@ def node_of(kind: str, name: str) -> int | None:
     return int(m.group(2)) if m and pattern is not None and pattern.groups >= 2 else None
 
 
-__all__ = ["MAX_NETWORK_NAME", "PATTERNS", "bridge_name", "container_name", "fault_token", "forward_chain",
+__all__ = ["MAX_NETWORK_NAME", "PATTERNS", "bridge_name", "cgroup_name", "container_name", "fault_token", "forward_chain",
            "netns_name", "network_name", "node_of", "run_token", "short_id", "token_of", "tokens", "veth_name"]

@@ -77,6 +77,20 @@ def torchrun_args(spec: NodesSpec, node: int, run_id: str, log_dir: Path, host: 
     return args
 
 
+def group_torchrun_args(spec: NodesSpec, node: int, run_id: str, log_dir: Path, port: int) -> list[str]:
+    """torchrun's arguments for replica group ``node`` of a torchft job: a job of its own (one node,
+    its own c10d rendezvous at 127.0.0.1:``port``, hosted by its agent)."""
+    return [
+        "--nnodes=1",
+        f"--nproc-per-node={spec.nproc_per_node}",
+        f"--max-restarts={spec.max_restarts}",
+        f"--monitor-interval={spec.monitor_interval_s}",
+        f"--log-dir={log_dir}",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}-g{node}",
+        "--rdzv-conf=" + ",".join(f"{k}={v}" for k, v in {**spec.rdzv_settings(), "is_host": 1}.items()),
+    ]
+
+
 def agent_env(spec: NodesSpec, launch: LaunchSpec, node: int, iface: str | None = None) -> dict[str, str]:
     """The variables an agent (and so its workers) gets on top of the node's own environment."""
     env = {**launch.env, "CHAOS_NODE": str(node), "PYTHONUNBUFFERED": "1"}

@@ -54,6 +54,8 @@ class Reference:
     accuracy: float | None
     wall_time_s: float
     run_dir: str
+    # the checkpoint it saved at its final step (a path as its job named it), for the tolerance oracle
+    final_checkpoint: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,6 +70,7 @@ class Reference:
             accuracy=data.get("accuracy"),
             wall_time_s=float(data["wall_time_s"]),
             run_dir=data["run_dir"],
+            final_checkpoint=data.get("final_checkpoint") if isinstance(data.get("final_checkpoint"), str) else None,
         )
 
 
@@ -117,6 +120,8 @@ class CheckDef:
       ``latest_changed`` events).
     - ``needs_writer_scan``: for a black-box target, the observer's scan of which processes hold a
       checkpoint file open for writing (``checkpoint_writers`` events).
+    - ``needs_final_comparison``: when the run's world size changed, the runner compares the run's final
+      DCP checkpoint with the reference's (a ``final_checkpoint_compared`` event, :mod:`chaos.observe.closeness`).
     - ``silence_bound``: the runner stops a run (``hang_detected``) once a live worker is silent longer
       than ``silence_bound(params, collective_timeout_s)`` seconds (None: no bound).
     """
@@ -129,6 +134,7 @@ class CheckDef:
     needs_checkpoint_watch: bool = False
     needs_writer_scan: bool = False
     silence_bound: SilenceBound | None = None
+    needs_final_comparison: bool = False
 
     def param_problem(self, params: dict[str, Any]) -> str | None:
         for key, value in params.items():
@@ -158,14 +164,15 @@ def is_blackbox(history: History) -> bool:
 
 def check(summary: str, params: dict[str, type] | None = None, needs_reference: bool = False, *,
           needs_checkpoint_watch: bool = False, needs_writer_scan: bool = False,
-          silence_bound: SilenceBound | None = None) -> Callable[
+          silence_bound: SilenceBound | None = None, needs_final_comparison: bool = False) -> Callable[
     [Callable[[History, CheckContext], Verdict]], Callable[[History, CheckContext], Verdict]
 ]:
     """Register a check function under its own name, with what it needs (see :class:`CheckDef`)."""
 
     def register(fn: Callable[[History, CheckContext], Verdict]) -> Callable[[History, CheckContext], Verdict]:
         CHECKS[fn.__name__] = CheckDef(fn.__name__, fn, summary, params or {}, needs_reference,
-                                       needs_checkpoint_watch, needs_writer_scan, silence_bound)
+                                       needs_checkpoint_watch, needs_writer_scan, silence_bound,
+                                       needs_final_comparison)
         return fn
 
     return register

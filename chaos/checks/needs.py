@@ -20,12 +20,14 @@ class Needs:
     ``reference``: a fault-free reference run. ``checkpoint_watch``: the runner's checkpoint watcher.
     ``writer_scan``: a black-box target's scan for checkpoint writers. ``silence_bound_s``: seconds a
     live worker may be silent before the run is stopped as hung (the smallest any check asks), None
-    when no check bounds it."""
+    when no check bounds it. ``final_comparison``: the run's final checkpoint compared with the
+    reference's when the world size changed."""
 
     reference: bool = False
     checkpoint_watch: bool = False
     writer_scan: bool = False
     silence_bound_s: float | None = None
+    final_comparison: bool = False
 
     @classmethod
     def of(cls, checks: Iterable[tuple[str, dict[str, Any]]], collective_timeout_s: float | None = None) -> Needs:
@@ -37,7 +39,8 @@ class Needs:
         return cls(reference=any(d.needs_reference for d, _ in defs),
                    checkpoint_watch=any(d.needs_checkpoint_watch for d, _ in defs),
                    writer_scan=any(d.needs_writer_scan for d, _ in defs),
-                   silence_bound_s=min(bounds) if bounds else None)
+                   silence_bound_s=min(bounds) if bounds else None,
+                   final_comparison=any(d.needs_final_comparison for d, _ in defs))
 
 
 def needs_of(scenario: Scenario) -> Needs:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from chaos.history import Event, History
 from chaos.kinds import row
+from chaos.kinds import rows as kind_rows
 
 RESTORE_KINDS = ("checkpoint_load_begin", "checkpoint_loaded", "checkpoint_load_failed", "step")
 
@@ -88,7 +89,12 @@ def disrupts(e: Event) -> bool:
 
 
 def restores(history: History) -> list[Restore]:
-    """One :class:`Restore` per killing fault (or disrupting fault that a restart followed), in time order."""
+    """One :class:`Restore` per killing fault (or disrupting fault that a restart followed), in time order.
+    Computed once per history (three restore checks read it; :meth:`History.memo`): do not change them."""
+    return list(history.memo(("restores", kind_rows()), lambda: _restores(history)))
+
+
+def _restores(history: History) -> list[Restore]:
     either = [e for e in history.faults() if kills(e) or disrupts(e)]
 
     def restarted_by(e: Event) -> bool:

@@ -9,8 +9,11 @@ nodes that share a checkpoint directory: the file can end up a mix of both write
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from chaos.checks.base import CheckContext, Verdict, check, require
 from chaos.history import Event, History
@@ -30,15 +33,23 @@ class Save:
 
 
 def saves(history: History) -> list[Save]:
-    """Every probe-reported save, in the order they began."""
+    """Every probe-reported save, in the order they began. A save ends at its process's next
+    ``checkpoint_saved`` / ``checkpoint_save_failed`` of the same path, else at that process's last event
+    (one pass over each process's events: a 10k-step job saves a thousand times)."""
     out = []
+    per_pid: dict[Any, tuple[list[Event], list[float]]] = {}
     for b in history.job_events("checkpoint_save_begin"):
         if b.get("path") is None:
             continue
-        later = [e for e in history.of_pid(b["pid"]) if e["t"] >= b["t"] and e is not b]
-        done = next((e for e in later if e["kind"] in ("checkpoint_saved", "checkpoint_save_failed")
+        if b["pid"] not in per_pid:
+            mine = history.of_pid(b["pid"])
+            per_pid[b["pid"]] = (mine, [e["t"] for e in mine])
+        mine, times = per_pid[b["pid"]]
+        later = itertools.islice(mine, bisect.bisect_left(times, b["t"]), None)  # time order: those at or after b
+        done = next((e for e in later if e is not b and e["kind"] in ("checkpoint_saved", "checkpoint_save_failed")
                      and e.get("path") == b["path"]), None)
-        end = done["t"] if done is not None else (later[-1]["t"] if later else b["t"])
+        last = next((e for e in reversed(mine) if e is not b), None)
+        end = done["t"] if done is not None else (last["t"] if last is not None and last["t"] >= b["t"] else b["t"])
         out.append(Save(b["rank"], b["pid"], b["path"], b.get("step"), b, float(end), done is not None))
     return out
 

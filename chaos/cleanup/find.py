@@ -35,6 +35,7 @@ from chaos.cleanup.owner import (
 )
 from chaos.cleanup.snapshot import (
     NETNS_DIR,
+    cgroups,
     host_chains,
     labelled_of,
     links,
@@ -47,7 +48,7 @@ from chaos.cleanup.snapshot import (
 )
 from chaos.manifest import registered_runs
 
-ORDER = ("slurm_job", "process", "mount", "qdisc", "chain", "netns", "veth", "bridge", "container", "network", "image",
+ORDER = ("slurm_job", "process", "mount", "qdisc", "chain", "cgroup", "netns", "veth", "bridge", "container", "network", "image",
          "reservation", "runner")
 
 
@@ -213,6 +214,9 @@ def plan(runs_dir: Path | None, all_dead: bool = False, sweep: bool = True, with
         add("netns", name, {"name": name}, None, named_liveness("netns", name, facts, inside))
     for kind, name in links():
         add(kind, name, {"name": name}, None, named_liveness(kind, name, facts))
+    for name, pids in cgroups():
+        inside = [facts.procs[pid] for pid in pids if pid in facts.procs]
+        add("cgroup", name, {"name": name}, None, named_liveness("cgroup", name, facts, inside))
     host_ino = os.stat("/proc/self/ns/net").st_ino
     for chain in host_chains():
         add("chain", f"{chain} in host", {"netns": "host", "netns_inode": host_ino, "table": "filter", "chain": chain},

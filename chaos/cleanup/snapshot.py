@@ -347,6 +347,28 @@ def host_chains() -> list[str]:
     return [ln.split()[1] for ln in out.splitlines() if ln.startswith("-N ") and token_of("chain", ln.split()[1])]
 
 
+def cgroups() -> list[tuple[str, list[int]]]:
+    """(name, pids in it) of the cgroups under the cgroup v2 root named as chaos names a replica
+    group's (``chaos-<tok>-g<node>``)."""
+    from chaos.cgroup2 import cgroup2_root
+
+    root = cgroup2_root()
+    if root is None:
+        return []
+    found = []
+    try:
+        names = sorted(n for n in os.listdir(root) if token_of("cgroup", n))
+    except OSError:
+        return []
+    for name in names:
+        try:
+            pids = [int(x) for x in (root / name / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            pids = []
+        found.append((name, pids))
+    return found
+
+
 def netns_inode(name: str) -> int | None:
     try:
         return os.stat(NETNS_DIR / name).st_ino
@@ -362,6 +384,6 @@ def mount_run(mountpoint: str) -> str | None:
     return None
 
 
-__all__ = ["NETNS_DIR", "RUNNER_LOG", "ManifestRead", "docker_objects", "host_chains", "labelled_of", "links",
+__all__ = ["NETNS_DIR", "RUNNER_LOG", "ManifestRead", "cgroups", "docker_objects", "host_chains", "labelled_of", "links",
            "mount_run", "namespaces", "netns_inode", "processes", "read_manifest", "run_dirs", "runner_logs", "snapshot",
            "untrusted_manifest"]

@@ -324,6 +324,30 @@ def _foreign_job(job_id: str, name: str) -> str | None:
     return None
 
 
+def _cgroup_dir(ids: dict[str, Any]) -> Path | None:
+    """The cgroup directory an item names, if it is one chaos gives under this host's cgroup v2 root."""
+    from chaos.backends.names import token_of
+    from chaos.cgroup2 import cgroup2_root
+
+    root, name = cgroup2_root(), str(ids.get("name"))
+    if root is None or token_of("cgroup", name) is None:
+        return None
+    return root / name
+
+
+def _cgroup(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
+    from chaos.cgroup2 import remove_cgroup
+
+    path = _cgroup_dir(ids)
+    if path is None:
+        return KEPT, "not a cgroup chaos makes"
+    if not path.exists():
+        return GONE, "no such cgroup"
+    if remove_cgroup(path):
+        return REMOVED, f"rmdir {path}"
+    return FAILED, f"rmdir {path}: processes are still in it ({path / 'cgroup.procs'})"
+
+
 def _nothing(why: str) -> Callable[[dict[str, Any], Any], tuple[str, str]]:
     return lambda ids, docker: (GONE, why)
 
@@ -334,6 +358,7 @@ UNDO: dict[str, Callable[[dict[str, Any], Any], tuple[str, str]]] = {
     "qdisc": _qdisc,
     "chain": _chain,
     "netns": _netns,
+    "cgroup": _cgroup,
     "veth": _link,
     "bridge": _link,
     "container": _container,
@@ -361,6 +386,9 @@ def present(item: Item, docker: Any) -> bool:
             return os.path.realpath(str(ids["mountpoint"])) in our_mounts() or bool(backing and os.path.isdir(backing))
         if item.kind == "netns":
             return (NETNS_DIR / str(ids["name"])).exists()
+        if item.kind == "cgroup":
+            path = _cgroup_dir(ids)
+            return path is not None and path.exists()
         if item.kind in ("veth", "bridge"):
             return _link_exists(str(ids["name"]))
         if item.kind in ("qdisc", "chain"):
@@ -391,7 +419,7 @@ def untrusted(item: Item) -> str | None:
     from chaos.backends.names import token_of
 
     ids = item.ids
-    if item.kind in ("netns", "veth", "bridge") and token_of(item.kind, str(ids.get("name"))) is None:
+    if item.kind in ("netns", "veth", "bridge", "cgroup") and token_of(item.kind, str(ids.get("name"))) is None:
         return f"{ids.get('name')!r} is not a name chaos gives"
     if item.source == "sweep":
         return None

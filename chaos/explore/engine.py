@@ -13,15 +13,17 @@ Runs are memoised by schedule: a schedule the search draws twice is run once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
 import hypothesis.core as hypothesis_core
+import hypothesis.internal.conjecture.engine as conjecture_engine
 from hypothesis import Verbosity, find, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import NoSuchExample
@@ -42,6 +44,22 @@ from chaos.strategies.shape import TargetShape
 from chaos.verdicts.conclude import render_report
 
 DATABASE_VERSION = 1  # bump when the strategies change how they draw, so old entries are not misread
+# Hypothesis stops shrinking after MAX_SHRINKING_SECONDS (300 s) of wall clock, which a handful of real
+# torchrun shrink runs (20-80 s each on a busy machine) spend: the "minimal" schedule would then depend on
+# how busy the machine was. chaos bounds shrinking by runs (shrink_runs) instead; the constant is
+# monkeypatchable by Hypothesis's design, and is set back after the search.
+SHRINK_WALL_CLOCK_S = 7 * 24 * 3600
+
+
+@contextlib.contextmanager
+def shrink_by_runs() -> Iterator[None]:
+    """Within it, Hypothesis's shrinker has :data:`SHRINK_WALL_CLOCK_S` of wall clock instead of its 300 s."""
+    wall = conjecture_engine.MAX_SHRINKING_SECONDS
+    conjecture_engine.MAX_SHRINKING_SECONDS = SHRINK_WALL_CLOCK_S
+    try:
+        yield
+    finally:
+        conjecture_engine.MAX_SHRINKING_SECONDS = wall
 
 
 class ExploreObserver(Protocol):
@@ -137,7 +155,8 @@ class Explorer:
         # the example database off, and the database is what makes a found failure come back first.
         forced, hypothesis_core.global_force_seed = hypothesis_core.global_force_seed, self.seed  # type: ignore[assignment]
         try:
-            found = find(strategy, self._fails, settings=conf, database_key=self.database_key())
+            with shrink_by_runs():
+                found = find(strategy, self._fails, settings=conf, database_key=self.database_key())
             minimal = self._memo[found.key()]
             stopped = (f"shrink budget of {self.shrink_runs} run(s) spent" if self._shrink_spent
                        else "shrunk to a minimal failing schedule")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from chaos import kinds
 from chaos.faults.base import Fault, FaultEnv, SpecFault
 from chaos.faults.checkpoint import CheckpointDamage
+from chaos.faults.lighthouse import LighthousePartition
 from chaos.faults.process import Kill, NodeCrash, NodeRestart, Pause
 from chaos.faults.sdc import InProcess
 from chaos.faults.slurm import SlurmdKill, SlurmDown, SlurmDrain, SlurmRequeue, SlurmSignal
@@ -14,7 +15,8 @@ from chaos.scenario import FaultSpec
 FAULTS: dict[str, type] = {"kill": Kill, "gradient": InProcess, "parameter": InProcess, "pause": Pause,
                            "node-crash": NodeCrash, "node-restart": NodeRestart, "checkpoint": CheckpointDamage,
                            "slurm-down": SlurmDown, "slurm-signal": SlurmSignal, "slurm-requeue": SlurmRequeue,
-                           "slurm-drain": SlurmDrain, "slurmd-kill": SlurmdKill}
+                           "slurm-drain": SlurmDrain, "slurmd-kill": SlurmdKill,
+                           "lighthouse-partition": LighthousePartition}
 
 FAULT_DOCS = kinds.FAULT_DOCS  # one line per kind, from the kinds table
 

@@ -114,10 +114,15 @@ class Probe:
         run_dir = env.get("CHAOS_RUN_DIR")
         self.enabled = bool(run_dir)
         self.run_dir = run_dir or ""
-        self.rank = int(env.get("RANK", "0"))
+        # a torchft replica group (backend.replica_groups) is a torchrun job of its own: RANK counts within
+        # the group, so the rank reported is made unique across groups (group g's ranks start at CHAOS_RANK_BASE)
+        group = env.get("CHAOS_REPLICA_GROUP")
+        self.replica_group = int(group) if group else None
+        self.rank = int(env.get("CHAOS_RANK_BASE", "0") or 0) + int(env.get("RANK", "0"))
         self.local_rank = int(env.get("LOCAL_RANK", "0"))
-        self.world_size = int(env.get("WORLD_SIZE", "1"))
-        self.node = int(env.get("GROUP_RANK", env.get("CHAOS_NODE", "0")))
+        self.world_size = int(env.get("CHAOS_WORLD_SIZE") or env.get("WORLD_SIZE", "1"))
+        self.node = (self.replica_group if self.replica_group is not None
+                     else int(env.get("GROUP_RANK", env.get("CHAOS_NODE", "0"))))
         self.restart = int(env.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.pid = os.getpid()
         self._runner_pid = int(env.get("CHAOS_RUNNER_PID", "0") or 0)
@@ -179,6 +184,8 @@ class Probe:
             "pid": self.pid,
             "seq": self._seq,
         }
+        if self.replica_group is not None:  # torchft's REPLICA_GROUP_ID (not replicas_agree's replica_group)
+            record["replica_group_id"] = self.replica_group
         if step is not None:
             record["step"] = step
         record.update(fields)

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 from chaos.checks import REFERENCE_CHECKS
 from chaos.checks.base import Reference
-from chaos.checks.equivalence import final_digests, step_digests
+from chaos.checks.equivalence import final_checkpoint, final_digests, step_digests
+from chaos.dcpcheck import is_dcp
 from chaos.history import History
 from chaos.paths import cache_dir
 from chaos.scenario import CheckSpec, Scenario
@@ -37,6 +38,8 @@ MAX_SOURCE_FILES = 500
 MAX_WATCHED_FILES = 20_000
 # where a reference run's files written in the job's own directory are moved (in its run directory)
 CWD_FILES = "cwd-files"
+# where the reference's final DCP checkpoint is kept (in its cache entry), for the tolerance oracle
+FINAL_CHECKPOINT = "final-checkpoint"
 
 
 def reference_key(scenario: Scenario) -> str:
@@ -151,7 +154,9 @@ def reference_scenario(scenario: Scenario) -> Scenario:
     return ref
 
 
-def reference_from_result(key: str, result: RunResult) -> Reference:
+def reference_from_result(key: str, result: RunResult, kept: Path | None = None) -> Reference:
+    """The :class:`Reference` of a finished fault-free run; ``kept``: its final checkpoint, moved aside
+    (:func:`keep_final_checkpoint`)."""
     history = History(result.events)
     acc = [e.get("accuracy") for e in history.job_events("eval")]
     return Reference(
@@ -162,7 +167,27 @@ def reference_from_result(key: str, result: RunResult) -> Reference:
         accuracy=acc[-1] if acc else None,
         wall_time_s=result.wall_time_s,
         run_dir=str(result.run_dir),
+        final_checkpoint=None if kept is None else str(kept),
     )
+
+
+def keep_final_checkpoint(result: RunResult, dest: Path) -> Path | None:
+    """Move the DCP checkpoint directory the reference saved at its final step to ``dest`` (out of its
+    ``checkpoints/``, which the cache removes), for the equivalence check's tolerance oracle
+    (:mod:`chaos.observe.closeness`); returns ``dest``, or None: the job saved no DCP checkpoint at its
+    final step. One checkpoint per cached reference is kept on disk."""
+    path = final_checkpoint(History(result.events))
+    if path is None:
+        return None
+    src = result.scenario.work_dir(result.run_dir) / path
+    if not is_dcp(src):
+        return None
+    shutil.rmtree(dest, ignore_errors=True)
+    try:
+        shutil.move(str(src), str(dest))
+    except OSError:
+        return None
+    return dest
 
 
 def files_under(root: Path, skip: Path | None = None, limit: int = MAX_WATCHED_FILES) -> dict[str, tuple[int, int]]:
@@ -254,12 +279,13 @@ class ReferenceCache:
             if own_dir is not None:  # what the reference wrote in the job's own directory must not be what
                 # the run then starts from (a snapshot.pt it would resume from): move it into the reference's run
                 moved = set_aside(own_dir, before, result.run_dir / CWD_FILES, skip=self.root)
-            # keep the reference's journal and logs, not its checkpoints
+            # keep the reference's journal and logs, and its final DCP checkpoint, not its other checkpoints
+            kept = keep_final_checkpoint(result, self.root / key / FINAL_CHECKPOINT) if result.ok else None
             shutil.rmtree(result.run_dir / "checkpoints", ignore_errors=True)
             if not result.ok:
                 why = "; ".join(f"{v.check}: {v.explanation}" for v in result.verdicts if not v.ok)
                 return None, f"the reference run failed ({result.run_dir}): {why}{moved}"
-            ref = reference_from_result(key, result)
+            ref = reference_from_result(key, result, kept)
             tmp = self.path(key).with_suffix(".tmp")
             tmp.write_text(json.dumps(ref.to_json(), indent=1))
             os.replace(tmp, self.path(key))

@@ -32,6 +32,7 @@ from chaos.manifest import Manifest, process_start, register_run
 from chaos.observe.observer import Observer as BlackboxObserver
 from chaos.paths import default_runs_dir
 from chaos.run.ckptwatch import CheckpointWatcher
+from chaos.run.final_compare import COMPARED, final_comparison
 from chaos.run.nemesis import Nemesis
 from chaos.run.reference import ReferenceCache
 from chaos.run.rundir import dump_scenario, make_run_dir
@@ -177,6 +178,7 @@ class _Run:
             own = getattr(self.backend, "checkpoint_watcher", None)
             self.watcher = own(self.log) if own is not None else CheckpointWatcher(self.run_dir / "checkpoints", self.log)
         self._last_event: dict[int, float] = {}  # id(worker) → time of its newest event
+        self._worlds: set[int] = set()  # the world sizes the workers joined (their start events)
 
     def _refused_claim(self, event: Event) -> None:
         """A start event named a live pid that is not one of the run's processes: never signalled."""
@@ -213,6 +215,8 @@ class _Run:
                 caused.append(verified)
             if e["kind"] == "step":
                 self.max_step = max(self.max_step or 0, e["step"])
+            elif e["kind"] == "start" and e.get("source") != "runner" and isinstance(e.get("world_size"), int):
+                self._worlds.add(e["world_size"])
             elif e["kind"] == "exit":
                 self._exit_status[e["pid"]] = e.get("status", "")
                 prewarm_report()  # while the agents wind down, so the report at the end is quick
@@ -372,6 +376,10 @@ class _Run:
                     self._teardown_faults()  # whatever failed above, the mount goes
                 self._record_worker_exits(final=True)
                 self.nemesis.finish(self.max_step)
+                if self.needs.final_comparison and status != "interrupted":
+                    compared = final_comparison(s, self.run_dir, ref, self._worlds)
+                    if compared is not None:
+                        self._notify([self.log.record(COMPARED, **compared)])
                 self.log.record("run_end", status=status)
                 self.log.close()
                 if runner is not None:  # a full disk: the entry stays; cleanup sees the runner gone

@@ -42,6 +42,7 @@ from chaos.scenario.model import Scenario
 from chaos.scenario.net_faults import BandwidthFault, DelayFault, LossFault, PartitionFault
 from chaos.scenario.plugin_faults import FaultModel
 from chaos.scenario.target import ARG_PLACEHOLDERS, python_of, work_dir_of
+from chaos.scenario.torchft import LighthousePartitionFault, LighthouseSpec, ReplicaGroupsSpec
 from chaos.scenario.trigger import Selector, Trigger
 
 __all__ = [
@@ -76,6 +77,9 @@ __all__ = [
     "NodesSpec",
     "ParameterFault",
     "PartitionFault",
+    "LighthousePartitionFault",
+    "LighthouseSpec",
+    "ReplicaGroupsSpec",
     "PauseFault",
     "Scenario",
     "Selector",

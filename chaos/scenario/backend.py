@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import Field, model_validator
 
 from chaos.scenario.base import _Model
+from chaos.scenario.torchft import ReplicaGroupsSpec
 
 
 def is_elastic(nodes: int, min_nodes: int | None) -> bool:
@@ -84,6 +85,18 @@ class LocalBackendSpec(NodesSpec):
     so network faults need ``netns`` or ``docker``."""
 
     kind: Literal["local"] = "local"
+    replica_groups: ReplicaGroupsSpec | None = Field(
+        default=None, description="A torchft job: every node is one replica group (its own torchrun and "
+        "rendezvous), joined by a Lighthouse chaos starts; see docs/stacks/torchft.md.")
+
+    @model_validator(mode="after")
+    def _groups(self) -> LocalBackendSpec:
+        if self.replica_groups is not None and self.elastic:
+            raise ValueError("replica_groups: a torchft job regroups through its Lighthouse, not torchrun; "
+                             "leave min_nodes unset")
+        if self.replica_groups is not None and self.rdzv_backend != "c10d":
+            raise ValueError("replica_groups: each group rendezvouses on its own (c10d); use rdzv_backend: c10d")
+        return self
 
 
 class NetnsBackendSpec(NodesSpec):

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from chaos.scenario.base import _Model
 from chaos.scenario.net_faults import BandwidthFault, DelayFault, LossFault, PartitionFault
+from chaos.scenario.torchft import LighthousePartitionFault
 from chaos.scenario.trigger import Selector, Trigger, _Healable
 
 
@@ -270,6 +271,6 @@ class CheckpointFault(_Model):
 FaultSpec = Annotated[
     KillFault | GradientFault | ParameterFault | PauseFault | NodeCrashFault | NodeRestartFault | DelayFault
     | LossFault | BandwidthFault | PartitionFault | DiskFault | CheckpointFault | SlurmDownFault | SlurmSignalFault
-    | SlurmRequeueFault | SlurmDrainFault | SlurmdKillFault,
+    | SlurmRequeueFault | SlurmDrainFault | SlurmdKillFault | LighthousePartitionFault,
     Field(discriminator="fault"),
 ]

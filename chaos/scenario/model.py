@@ -16,7 +16,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from chaos.scenario.backend import BackendSpec, LocalBackendSpec
 from chaos.scenario.base import _Model
 from chaos.scenario.blackbox import BlackboxSpec
-from chaos.scenario.checks import BLACKBOX_DEFAULT_CHECKS, DEFAULT_CHECKS, CheckSpec
+from chaos.scenario.checks import BLACKBOX_DEFAULT_CHECKS, DEFAULT_CHECKS, REPLICA_GROUP_DEFAULT_CHECKS, CheckSpec
 from chaos.scenario.plugin_faults import ScheduleItem
 from chaos.scenario.target import TargetSpec, python_of, work_dir_of
 
@@ -36,7 +36,9 @@ class Scenario(_Model):
         default_factory=lambda: [CheckSpec(name=n) for n in DEFAULT_CHECKS],
         description="The checks that judge the run: names, or {name: {param: value}}. Default: completes, "
         "restored_from_checkpoint, equivalent_to_reference, progress_lost, recovery_time; for a black-box target "
-        "completes, restored_from_checkpoint, progress_lost, recovery_time, checkpoint_loadable.")
+        "completes, restored_from_checkpoint, progress_lost, recovery_time, checkpoint_loadable; for torchft "
+        "replica groups (backend.replica_groups) completes, groups_kept_stepping, healed_from_peer, quorum_changes, "
+        "replicas_agree.")
     deadline_s: float = Field(default=300.0, gt=0, allow_inf_nan=False,
                               description="Hard wall-clock limit of the run, seconds.")
 
@@ -52,6 +54,9 @@ class Scenario(_Model):
         if isinstance(data, dict) and "checks" not in data and isinstance(data.get("target"), dict) \
                 and data["target"].get("blackbox") is not None:
             data = {**data, "checks": list(BLACKBOX_DEFAULT_CHECKS)}
+        if isinstance(data, dict) and "checks" not in data and isinstance(data.get("backend"), dict) \
+                and data["backend"].get("replica_groups") is not None:
+            data = {**data, "checks": list(REPLICA_GROUP_DEFAULT_CHECKS)}
         # YAML shorthand: `checks: [completes, {recovery_time: {max_s: 60}}]`.
         if isinstance(data, dict) and isinstance(data.get("checks"), list):
             out: list[Any] = []
@@ -119,7 +124,9 @@ class Scenario(_Model):
         else:  # a target given as a command: its script is the word before the script's own arguments
             data["target"]["command"][len(data["target"]["command"]) - len(cmd.args) - 1] = script
         data["checks"] = [{c.name: c.params} if c.params else c.name for c in self.checks]
-        defaults = BLACKBOX_DEFAULT_CHECKS if self.blackbox is not None else DEFAULT_CHECKS
+        defaults = (BLACKBOX_DEFAULT_CHECKS if self.blackbox is not None
+                    else REPLICA_GROUP_DEFAULT_CHECKS if getattr(self.backend, "replica_groups", None) is not None
+                    else DEFAULT_CHECKS)
         if self.target.checkpoint_every is None and data["checks"] == defaults:
             del data["checks"]  # the defaults, which load back only when not written (progress_lost's rule)
         if self.target.cwd not in ("run", "script"):  # a directory: absolute, as the script is

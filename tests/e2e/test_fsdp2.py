@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from chaos import RunResult
-from tests.conftest import SCENARIOS, leftover_processes
+from tests.conftest import SCENARIOS, leftover_network, leftover_processes, world_sizes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos(requires=["torch"])]
 
@@ -109,3 +109,33 @@ def test_without_the_detectors_the_bitflip_is_missed_and_says_so(chaos_run) -> N
     detected = result.verdict("sdc_detected")
     assert detected.status == "failed", explain(result)
     assert result.verdict("recovered").status == "failed", explain(result)
+
+
+ELASTIC = SCENARIOS / "fsdp2-node-loss-elastic.yaml"
+
+
+@pytest.mark.chaos(requires=["torch", "netns"])
+def test_a_node_lost_at_step_25_resumes_alone_from_the_resharded_checkpoint_within_tolerance(chaos_run) -> None:
+    result = chaos_run(ELASTIC)
+    result.assert_ok()
+    assert world_sizes(result) == [2, 1], world_sizes(result)
+    loaded = of(result, "checkpoint_loaded", world_size=1)
+    assert loaded and loaded[-1]["world_size_saved"] == 2 and loaded[-1]["path"].endswith("step-000020"), loaded
+    compared = of(result, "final_checkpoint_compared")
+    assert len(compared) == 1 and compared[0]["path"].endswith("step-000060"), compared
+    assert 0 < compared[0]["rel_l2"] < 1e-6, compared  # not bitwise (another summation order), very close
+    equivalent = result.verdict("equivalent_to_reference").explanation
+    assert "within rtol=0.0001" in equivalent and "world size changed (2 → 1" in equivalent, equivalent
+    assert leftover_processes(result.run_dir, result.run_id) == [] and leftover_network(result.run_id) == []
+
+
+@pytest.mark.chaos(requires=["torch", "netns"])
+def test_a_resume_that_keeps_the_old_data_split_is_caught_by_the_tolerance(chaos_run) -> None:
+    result = chaos_run(ELASTIC, extra_args=["--broken", "stale-data-split"])
+    assert result.verdict("restored_from_checkpoint").ok, explain(result)  # it did load step 20
+    assert result.verdict("regrouped").ok, explain(result)
+    equivalent = result.verdict("equivalent_to_reference")
+    assert equivalent.status == "failed", explain(result)
+    assert "more than rtol=0.0001" in equivalent.explanation and "farthest: model." in equivalent.explanation, \
+        equivalent.explanation
+    assert of(result, "final_checkpoint_compared")[0]["rel_l2"] > 1e-2

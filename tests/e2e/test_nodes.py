@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from chaos import RunResult
-from tests.conftest import SCENARIOS, leftover_network, leftover_processes
+from tests.conftest import SCENARIOS, leftover_network, leftover_processes, world_sizes
 
 pytestmark = [pytest.mark.e2e]
 
@@ -18,15 +18,6 @@ pytestmark = [pytest.mark.e2e]
 def assert_nothing_left(result: RunResult) -> None:
     assert leftover_processes(result.run_dir, result.run_id) == []
     assert leftover_network(result.run_id) == []
-
-
-def world_sizes(result: RunResult) -> list[int]:
-    """The distinct world sizes the job ran at, in order."""
-    out: list[int] = []
-    for e in result.events:
-        if e["kind"] == "start" and e.get("source") != "runner" and (not out or out[-1] != e["world_size"]):
-            out.append(e["world_size"])
-    return out
 
 
 @pytest.mark.chaos(requires=["torch", "sklearn"])

@@ -87,7 +87,7 @@ def test_needs_of_a_scenario_reads_its_checks_params_and_collective_timeout() ->
     assert needs_of(s) == Needs(checkpoint_watch=True, writer_scan=True, silence_bound_s=25.0)
     assert needs_of(scenario(["no_hang"])).silence_bound_s is None  # no collective timeout known: no live bound
     assert needs_of(scenario([{"no_hang": {"timeout_s": 4}}])).silence_bound_s == 14.0
-    assert needs_of(scenario(["completes", "equivalent_to_reference"])) == Needs(reference=True)
+    assert needs_of(scenario(["completes", "equivalent_to_reference"])) == Needs(reference=True, final_comparison=True)
 
 
 def test_no_check_name_appears_in_the_runners_code() -> None:

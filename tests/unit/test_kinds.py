@@ -39,7 +39,7 @@ def test_docs_listing_and_derived_tuples_come_from_the_table():
     assert kinds.names(network=True) == ("delay", "loss", "bandwidth", "partition")
     assert kinds.names(in_process=True) == ("gradient", "parameter")
     assert kinds.names(kills=True) == ("kill", "node-crash", "slurm-down", "slurm-signal", "slurm-requeue")
-    assert set(kinds.names(disrupts=True)) == {"pause", "partition", "delay", "loss", "bandwidth", "disk"}
+    assert set(kinds.names(disrupts=True)) == {"pause", "partition", "delay", "loss", "bandwidth", "disk", "lighthouse-partition"}
     assert set(kinds.names(cuts=True)) == {"pause", "partition", "loss", "delay", "bandwidth"}
     assert not set(kinds.names(kills=True)) & set(kinds.names(disrupts=True))
 

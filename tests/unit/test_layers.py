@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                     "chaos.plugins", "chaos.safedir", "chaos.readlimit", "chaos.integrations"]),
     ("model", ["chaos.scenario"]),
     ("judgement and mechanisms", ["chaos.checks", "chaos.timeline", "chaos.net", "chaos.disk", "chaos.reserve",
-                                  "chaos.manifest", "chaos.capabilities", "chaos.dcpcheck", "chaos.accelcheck",
+                                  "chaos.manifest", "chaos.capabilities", "chaos.cgroup2", "chaos.dcpcheck", "chaos.accelcheck",
                                   "chaos.worker_table"]),
     ("verdicts", ["chaos.verdicts"]),
     ("loading, backends, strategies", ["chaos.load", "chaos.backends", "chaos.strategies"]),

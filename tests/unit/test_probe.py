@@ -44,6 +44,21 @@ def test_events_carry_rank_restart_and_fields(tmp_path: Path) -> None:
     assert saved["digest"] == "abc" and exit_["status"] == "ok" and exit_["last_step"] == 3
 
 
+def test_a_torchft_replica_group_reports_ranks_unique_across_groups(tmp_path: Path) -> None:
+    # group 2 of a job with 2 ranks per group: its RANK 1 is rank 5 of 6, on node 2
+    p = Probe(env(tmp_path, CHAOS_REPLICA_GROUP="2", CHAOS_RANK_BASE="4", CHAOS_WORLD_SIZE="6"))
+    p.step(1, loss=0.5)
+    start, step = events(tmp_path)
+    assert (step["rank"], step["world_size"], step["node"], step["replica_group_id"]) == (5, 6, 2, 2)
+    assert start["replica_group_id"] == 2 and "replica_group" not in step  # not replicas_agree's own field
+
+
+def test_outside_replica_groups_no_replica_group_field_is_written(tmp_path: Path) -> None:
+    p = Probe(env(tmp_path, REPLICA_GROUP_ID="1"))  # torchft's own variable alone changes nothing
+    p.step(1)
+    assert all("replica_group_id" not in e and e["rank"] == 1 for e in events(tmp_path))
+
+
 def test_a_whole_step_of_another_type_is_written_as_an_integer(tmp_path: Path) -> None:
     """``p.step(10.0)`` (a step computed as a float, a numpy integer): the runner skips events whose
     step is not an integer, so the probe writes it as one."""
