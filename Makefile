@@ -1,11 +1,13 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   – install into .venv, then run the bundled default scenario (scenarios/kill-worker.yaml)
-#   make test   – install into .venv, then run the test suite
+#   make test   – install into .venv, then run the test suite's fast tier (CI; tests/tiers.py)
+# make test-full runs every test (the fast tier and every full-tier variant); make journals re-records the
+# stored real journals of tests/journals/ from real runs.
 PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-fast lint typecheck bench clean system
+.PHONY: demo test test-full test-unit journals lint typecheck bench clean system
 
 # Debian packages (Docker engine, iptables, NFQUEUE library, FUSE) and a running dockerd, if root
 system:
@@ -22,16 +24,21 @@ $(VENV)/.installed: pyproject.toml
 demo: system $(VENV)/.installed
 	$(VENV)/bin/chaos run scenarios/kill-worker.yaml
 
-# three phases, each run even if an earlier one failed; the target fails if any did
+# the fast tier: every unit test and one real job per capability, in three phases (scripts/run-tests.sh)
 test: system $(VENV)/.installed
-	@rc=0; \
-	$(VENV)/bin/python -m pytest -v --durations=25 -n 2 --dist worksteal -m "not timing and not exclusive" || rc=1; \
-	$(VENV)/bin/python -m pytest -v --durations=15 -n 2 --dist worksteal -m timing || rc=1; \
-	$(VENV)/bin/python -m pytest -v --durations=10 -p no:xdist -m exclusive || rc=1; \
-	exit $$rc
+	PYTHON=$(VENV)/bin/python ./scripts/run-tests.sh fast
 
-test-fast: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -m "not e2e"
+# everything: the fast tier and every full-tier variant (the matrices, the other backends, the soaks)
+test-full: system $(VENV)/.installed
+	PYTHON=$(VENV)/bin/python ./scripts/run-tests.sh full
+
+# the unit tests alone (pure functions and stored journals: no real job), a minute
+test-unit: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -n 2 tests/unit
+
+# re-record tests/journals/ from real runs (then review the diff of their expected.json)
+journals: system $(VENV)/.installed
+	$(VENV)/bin/python -m tests.journals.record
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check chaos targets tests benchmarks noxfile.py
@@ -43,4 +50,4 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python -m benchmarks.run_all
 
 clean:
-	rm -rf $(VENV) .chaos-runs .nox .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .chaos-runs .test-cache .nox .pytest_cache .mypy_cache .ruff_cache

@@ -24,6 +24,12 @@ T = TypeVar("T")
 
 JOURNAL = "journal.jsonl"
 RUNNER_EVENTS = "runner.jsonl"
+# The journal's format version, written as ``journal_format`` in its ``run_start`` event. A journal
+# without the field was written before versioning: format 1. Bump this when a change to the events
+# means older code, or older journals, cannot be judged the same; list in READABLE_FORMATS what the
+# current checks still read.
+JOURNAL_FORMAT = 2
+READABLE_FORMATS = (1, 2)
 MAX_WORLD = 1 << 20  # a world size over this is not a job's: checks and the timeline count up to it
 INT_FIELDS = ("rank", "seq", "pid", "node", "restart", "step")  # what events are grouped, ordered and counted by
 
@@ -198,6 +204,13 @@ def merge_run_dir(run_dir: Path) -> list[Event]:
             os.unlink(tmp)
         raise
     return events
+
+
+def journal_format(events: list[Event]) -> object:
+    """The format version the journal of ``events`` names in its first ``run_start`` (1 when it names none:
+    a journal written before versioning; whatever it holds otherwise, for the caller to judge)."""
+    start = next((e for e in events if e.get("kind") == "run_start"), None)
+    return 1 if start is None or "journal_format" not in start else start["journal_format"]
 
 
 def load_journal(path: Path) -> list[Event]:

@@ -6,6 +6,9 @@ from typing import Any
 import psutil
 import pytest
 
+from tests import tiers
+
+pytest_plugins = ["tests.timeouts"]  # a time limit on every test
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"
 
@@ -123,13 +126,37 @@ def _balance(items: list[pytest.Item]) -> None:
     items[:] = [*lanes[0], *rest[:cut], *lanes[1], *rest[cut:], *(i for i in items if later(i))]
 
 
+def _stale_entries(config: pytest.Config, nodeids: list[str]) -> list[str]:
+    """Entries of tests/tiers.py that name no collected test, when the whole suite was collected."""
+    whole = not config.getoption("keyword") and {"tests/unit/", "tests/e2e/", "tests/slurm/", "tests/ssh/"} <= {
+        "/".join(n.split("/")[:2]) + "/" for n in nodeids}
+    if not whole:
+        return []
+    entries = [e for c in tiers.CAPABILITIES for e in (*c.fast, *c.full)]
+    return [e for e in entries if not any(tiers.covers(e, n) for n in nodeids)]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unplaced = []
     for item in items:
+        if item.nodeid.startswith("tests/"):
+            where = tiers.tier(item.nodeid)
+            if where is None:
+                unplaced.append(item.nodeid)
+            elif where == "full":
+                item.add_marker(pytest.mark.full)
         path = Path(str(item.fspath)).relative_to(REPO).as_posix() if str(item.fspath).startswith(str(REPO)) else ""
         if path.startswith(TIMING):
             item.add_marker(pytest.mark.timing)
         elif path.startswith(EXCLUSIVE):
             item.add_marker(pytest.mark.exclusive)
+    stale = _stale_entries(config, [item.nodeid for item in items])
+    if stale:
+        raise pytest.UsageError("entries of tests/tiers.py that name no test (a test renamed or removed? fix the "
+                                "entry): " + ", ".join(stale))
+    if unplaced:
+        raise pytest.UsageError("tests that no capability in tests/tiers.py names (add each to a capability's "
+                                "fast or full entries): " + ", ".join(unplaced))
     _balance(items)
 
 

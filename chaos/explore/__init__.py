@@ -2,5 +2,6 @@
 
 from chaos.explore.engine import ExploreObserver, Explorer
 from chaos.explore.examples import Example, ExploreResult
+from chaos.explore.runs import ExampleRunner, RealRunner
 
-__all__ = ["Example", "ExploreObserver", "ExploreResult", "Explorer"]
+__all__ = ["Example", "ExampleRunner", "ExploreObserver", "ExploreResult", "Explorer", "RealRunner"]

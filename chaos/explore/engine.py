@@ -8,7 +8,8 @@ drawn by :func:`chaos.strategies.schedules`; a schedule *fails* when one of the 
 search and the shrinking; its example database (``$CHAOS_CACHE_DIR/hypothesis``) keeps a failure's
 minimal schedule, so the next exploration of the same target tries it first.
 
-Runs are memoised by schedule: a schedule the search draws twice is run once.
+Runs are memoised by schedule: a schedule the search draws twice is run once. The runs themselves are
+an :class:`~chaos.explore.runs.ExampleRunner`'s (real torchrun jobs by default).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -32,16 +33,15 @@ from chaos.checks import CHECKS
 from chaos.errors import ChaosError, StrategyError
 from chaos.explore.examples import Example, ExploreResult
 from chaos.explore.minimal import write_minimal
-from chaos.history import Event, load_journal
+from chaos.explore.runs import ExampleRunner, RealRunner
+from chaos.history import Event
 from chaos.paths import cache_dir, default_runs_dir
-from chaos.run.reference import ReferenceCache, reference_key
-from chaos.run.runner import preflight, reference_run, run_scenario
+from chaos.run.reference import reference_key
 from chaos.safedir import ensure_runs_dir
 from chaos.scenario import CheckSpec, Scenario
 from chaos.strategies.families import KINDS, resolve
 from chaos.strategies.schedules import Schedule, schedules
 from chaos.strategies.shape import TargetShape
-from chaos.verdicts.conclude import render_report
 
 DATABASE_VERSION = 1  # bump when the strategies change how they draw, so old entries are not misread
 # Hypothesis stops shrinking after MAX_SHRINKING_SECONDS (300 s) of wall clock, which a handful of real
@@ -87,7 +87,9 @@ class Explorer:
     schedules generated (each a real run) and/or ``max_minutes`` of searching; then up to
     ``shrink_runs`` real runs to shrink a failure. ``seed``: the search's seed (default: random,
     reported). ``checks``: the checks to hold (default: the scenario's). ``database``: use
-    Hypothesis's example database. Raises :class:`~chaos.errors.StrategyError` for a bad argument
+    Hypothesis's example database. ``runner``: what makes the runs (default :class:`~chaos.explore.runs.RealRunner`,
+    real torchrun jobs). ``clock``: seconds (wall clock by default) for the time budget and each
+    example's ``seconds``. Raises :class:`~chaos.errors.StrategyError` for a bad argument
     (naming it and its CLI flag), :class:`~chaos.errors.CapabilityError`
     if this machine cannot run a fault family asked for — all before any run.
     """
@@ -95,7 +97,8 @@ class Explorer:
     def __init__(self, scenario: Scenario, *, families: Iterable[str] | None = None, max_faults: int = 3,
                  max_examples: int | None = 30, max_minutes: float | None = None, shrink_runs: int = 30,
                  seed: int | None = None, checks: list[str] | None = None, runs_dir: Path | None = None,
-                 database: bool = True, reference: bool = True, observer: ExploreObserver | None = None) -> None:
+                 database: bool = True, reference: bool = True, observer: ExploreObserver | None = None,
+                 runner: ExampleRunner | None = None, clock: Callable[[], float] = time.time) -> None:
         if max_examples is None and max_minutes is None:
             raise StrategyError("budget: give max_examples (--examples N) or max_minutes (--minutes M)")
         if max_examples is not None and max_examples < 1:
@@ -118,6 +121,8 @@ class Explorer:
         self.max_examples, self.max_minutes, self.shrink_runs = max_examples, max_minutes, shrink_runs
         self.seed = seed if seed is not None else secrets.randbits(32)
         self.database, self.reference, self.observer = database, reference, observer
+        self.runner: ExampleRunner = runner if runner is not None else RealRunner()
+        self.clock = clock
         self.command: str | None = None  # the command line that started this search, if any (the CLI's)
         self.shape = TargetShape.of(self.base)
         self.kinds = resolve(families, self.shape)  # StrategyError now, not at the first draw
@@ -141,7 +146,7 @@ class Explorer:
         ensure_runs_dir(self.out_dir.parent)  # checked before anything is made (RunsDirError: exit 2)
         self.out_dir.mkdir(exist_ok=False)
         self.shape = self._observed_shape()
-        self._t0 = time.time()  # the budget counts from here, after the reference run
+        self._t0 = self.clock()  # the budget counts from here, after the reference run
         strategy = schedules(self.shape, max_faults=self.max_faults, families=self.families)
         budget = self.max_examples if self.max_examples is not None else 10_000
         db = DirectoryBasedExampleDatabase(str(cache_dir() / "hypothesis")) if self.database else None
@@ -171,10 +176,10 @@ class Explorer:
         path = None
         if minimal is not None:
             if minimal.result is not None:
-                render_report(minimal.result)
+                self.runner.report(minimal.result)
             path = self._write_minimal(minimal)
         result = ExploreResult(self.base, self.out_dir, self.seed, self.examples, minimal, path,
-                               time.time() - self._t0, stopped, self.reference_note, self.repeats)
+                               self.clock() - self._t0, stopped, self.reference_note, self.repeats)
         (self.out_dir / "explore.json").write_text(json.dumps(result.to_json(), indent=1))
         return result
 
@@ -185,7 +190,7 @@ class Explorer:
             self.repeats += 1
             return seen.failing
         phase = "shrink" if self._first_failure is not None else "generate"
-        if phase == "generate" and self.max_minutes is not None and time.time() - self._t0 > self.max_minutes * 60:
+        if phase == "generate" and self.max_minutes is not None and self.clock() - self._t0 > self.max_minutes * 60:
             raise _Stop("time budget spent")
         if phase == "shrink" and sum(1 for e in self.examples if e.phase == "shrink") >= self.shrink_runs:
             # budget spent: every new candidate counts as passing, so the shrinker settles on the
@@ -197,16 +202,15 @@ class Explorer:
         self._memo[schedule.key()] = example
         if self.observer:
             self.observer.example_started(example)
-        t = time.time()
+        t = self.clock()
         try:
-            # no report per run (~0.6 s each): only the minimal failing run's is drawn, at the end
-            result = run_scenario(schedule.apply(self.base), self.out_dir / "runs", reference=self.reference,
-                                  observer=self.observer.run_event if self.observer else None, report=False)
+            result = self.runner.run(schedule.apply(self.base), self.out_dir / "runs", reference=self.reference,
+                                     observer=self.observer.run_event if self.observer else None)
         except ChaosError as exc:  # a bug of ours or a broken environment: stop, do not shrink on it
             raise _Stop("error", exc) from exc
         if result.interrupted:
             raise _Stop("interrupted", KeyboardInterrupt())
-        example.result, example.seconds = result, time.time() - t
+        example.result, example.seconds = result, self.clock() - t
         example.failed = [v.check for v in result.verdicts if v.status == "failed" and v.check in self.held]
         example.unknown = [v.check for v in result.verdicts if v.status == "unknown" and v.check in self.held]
         if example.failing and self._first_failure is None:
@@ -221,19 +225,14 @@ class Explorer:
         """One simple fault of every kind drawn, checked against this machine before any run."""
         samples = [find(KINDS[k](self.shape), lambda _: True, settings=settings(database=None)) for k in self.kinds]
         probe = Schedule(tuple(samples)).apply(self.base)
-        preflight(probe)
+        self.runner.preflight(probe)
 
     def _observed_shape(self) -> TargetShape:
         """The shape, with the save points the (cached) fault-free reference run shows."""
         if not self.reference:
             return self.shape
-        ref, self.reference_note = ReferenceCache().get_or_run(self.base, reference_run)
-        if ref is None:
-            return self.shape
-        try:
-            return self.shape.with_history(load_journal(Path(ref.run_dir)))
-        except OSError:
-            return self.shape
+        history, self.reference_note = self.runner.reference_history(self.base)
+        return self.shape if history is None else self.shape.with_history(history)
 
     def database_key(self) -> bytes:
         """What the example database files this search under: the target, its arguments and

@@ -19,11 +19,14 @@ from chaos.checks.base import Reference
 from chaos.errors import RunDirError, ScenarioError
 from chaos.history import (
     JOURNAL,
+    JOURNAL_FORMAT,
+    READABLE_FORMATS,
     RUNNER_EVENTS,
     Event,
     History,
     event_problem,
     finite_number,
+    journal_format,
     merge_run_dir,
     shown,
 )
@@ -45,7 +48,9 @@ def rejudge(run_dir: Path | str, merge: bool = False) -> RunResult:
     ``run_dir`` is not a run directory or is damaged: a file that is a symlink, FIFO, device or too
     large (:mod:`chaos.readlimit`), a journal that is not UTF-8 or holds a line that is not an event
     (an object with a finite number ``t`` and a string ``kind``), a ``scenario.yaml`` that is no longer
-    valid, a ``reference.json`` or ``result.json`` that is not what chaos writes."""
+    valid, a ``reference.json`` or ``result.json`` that is not what chaos writes, a journal whose
+    ``run_start`` names a format version (``journal_format``) this chaos cannot read (a journal naming
+    none is format 1, from before versioning, and is judged)."""
     from chaos.load.loader import load_scenario
 
     run_dir = Path(run_dir).resolve()
@@ -80,6 +85,7 @@ def rejudge(run_dir: Path | str, merge: bool = False) -> RunResult:
     if not events:
         raise RunDirError(f"{journal} holds no events; rerun with --merge to rebuild it from {RUNNER_EVENTS} and "
                           f"events/, or run the scenario again: chaos run {scenario_path}")
+    _check_format(events, journal, scenario_path)
     old = old_result(run_dir)
     reference, note = stored_reference(run_dir, old)
     history = History(events)
@@ -95,6 +101,22 @@ def rejudge(run_dir: Path | str, merge: bool = False) -> RunResult:
         raise RunDirError(f"{journal}: the `interrupted` event names signal {str(sig)[:80]!r}, not a signal's name "
                           f"(e.g. SIGINT); {fix}")
     return conclude(scenario, run_id, run_dir, status, events, reference, note, float(wall), sig)
+
+
+def _check_format(events: list[Event], journal: Path, scenario_path: Path) -> None:
+    """Raise :class:`~chaos.errors.RunDirError` when ``journal`` names a format version
+    (``run_start``'s ``journal_format``) this chaos cannot judge; a journal naming none is format 1."""
+    version = journal_format(events)
+    if isinstance(version, int) and not isinstance(version, bool) and version in READABLE_FORMATS:
+        return
+    known = ", ".join(map(str, READABLE_FORMATS))
+    if isinstance(version, int) and not isinstance(version, bool) and version > JOURNAL_FORMAT:
+        why = (f"written in journal format {version}, newer than this chaos reads (formats {known}); "
+               f"upgrade chaos to judge it, or {_again(scenario_path)}")
+    else:
+        why = (f"written in journal format {shown(version)}, which this chaos no longer reads (formats {known}); "
+               f"judge it with the chaos version that wrote it, or {_again(scenario_path)}")
+    raise RunDirError(f"{journal}: {why}")
 
 
 def _again(scenario_path: Path) -> str:

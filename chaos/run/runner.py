@@ -27,7 +27,7 @@ from chaos.checks.base import REFERENCE_DISABLED
 from chaos.checks.needs import needs_of
 from chaos.errors import RunsDirError, ScenarioError
 from chaos.faults import FaultEnv
-from chaos.history import Event, EventTail, RunnerLog, merge_run_dir
+from chaos.history import JOURNAL_FORMAT, Event, EventTail, RunnerLog, merge_run_dir
 from chaos.manifest import Manifest, process_start, register_run
 from chaos.observe.observer import Observer as BlackboxObserver
 from chaos.paths import default_runs_dir
@@ -318,10 +318,10 @@ class _Run:
                                        registry=str(registration.path) if registration is not None else None)
             self.nemesis.heal_before()
             start = self.log.record(
-                "run_start", run_id=self.run_id, scenario=s.name, world_size=s.world_size, steps=s.target.steps,
-                checkpoint_every=s.target.checkpoint_every, backend=s.backend.model_dump(),
-                schedule=self.nemesis.schedule_summary(), deadline_s=self.deadline_s, reference=note,
-                cwd=str(s.work_dir(self.run_dir)), python=s.python_exe,
+                "run_start", journal_format=JOURNAL_FORMAT, run_id=self.run_id, scenario=s.name,
+                world_size=s.world_size, steps=s.target.steps, checkpoint_every=s.target.checkpoint_every,
+                backend=s.backend.model_dump(), schedule=self.nemesis.schedule_summary(), deadline_s=self.deadline_s,
+                reference=note, cwd=str(s.work_dir(self.run_dir)), python=s.python_exe,
                 **({"dropped_options": s.target.dropped_options()} if s.target.dropped_options() else {}),
                 **({"blackbox": self.blackbox.summary()} if self.blackbox is not None else {}))
             self._notify([start])

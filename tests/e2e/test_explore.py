@@ -44,6 +44,28 @@ def statuses(verdicts: list[dict[str, Any]]) -> dict[str, str]:
     return {v["check"]: v["status"] for v in verdicts}
 
 
+def test_a_short_search_finds_shrinks_and_replays(tmp_path: Path) -> None:
+    """The fast tier's real search (6 real jobs with the reference): with seed 1 the first example of the
+    no-rng-restore target fails (a kill after a save), 3 shrink runs make it simpler, and the written
+    scenario replays to the same verdicts. The long searches below and tests/unit/test_explore_stored.py
+    (the engine fed with stored results of real searches) cover the shrinking to the minimal schedule."""
+    shared = Path(os.environ.get("CHAOS_CACHE_DIR") or tmp_path / "cache")  # the tier's reference cache
+    code, found = explore(tmp_path, "--seed", SEED, "--examples", "1", "--shrink-runs", "3", "--no-database",
+                          "--target-args=--broken no-rng-restore", cache=shared)
+    assert code == 1 and found["found"] and found["runs"] <= 4, found
+    first, minimal = found["examples"][0], found["minimal"]
+    assert first["phase"] == "generate" and first["failed"], first
+    assert "equivalent_to_reference" in minimal["failed"]
+    # shrunk: one plain kill, no later than the first failing schedule's
+    assert len(minimal["schedule"]) == 1 and minimal["schedule"] != first["schedule"], (first, minimal)
+    assert minimal["schedule"][0].startswith("kill rank 0 with SIGKILL at step ") and "(" not in minimal["schedule"][0]
+    replay = chaos("run", "--json", found["minimal_scenario"], cache=shared, timeout=300)
+    assert replay.returncode == 1, replay.stderr
+    original = json.loads((Path(minimal["run_dir"]) / "result.json").read_text())
+    assert statuses(json.loads(replay.stdout)["verdicts"]) == statuses(original["verdicts"])
+
+
+@pytest.mark.time_limit(900, why="a whole search: up to 30 examples and 14 shrink runs, each a real job (~8-15 s)")
 def test_non_atomic_save_shrinks_to_one_kill_during_a_save_and_replays(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     code, found = explore(tmp_path, "--seed", SEED, "--shrink-runs", SHRINK_RUNS, "--target-args=--broken non-atomic-save",
@@ -81,6 +103,7 @@ def test_non_atomic_save_shrinks_to_one_kill_during_a_save_and_replays(tmp_path:
     assert again["minimal"]["schedule"] == minimal["schedule"]
 
 
+@pytest.mark.time_limit(900, why="a whole search: up to 30 examples and 14 shrink runs, each a real job (~8-15 s)")
 def test_correct_target_survives_the_same_budget(tmp_path: Path) -> None:
     # 20 examples: past the 10th, by which this seed draws a kill mid-save on the broken target
     code, result = explore(tmp_path, "--seed", SEED, "--examples", "20", "--no-database")
@@ -89,6 +112,7 @@ def test_correct_target_survives_the_same_budget(tmp_path: Path) -> None:
     assert any("checkpoint_write" in line for e in result["examples"] for line in e["schedule"])  # it tried saves
 
 
+@pytest.mark.time_limit(900, why="a whole search: up to 30 examples and 14 shrink runs, each a real job (~8-15 s)")
 def test_rng_not_restored_shrinks_to_one_kill(tmp_path: Path) -> None:
     code, result = explore(tmp_path, "--seed", SEED, "--shrink-runs", SHRINK_RUNS, "--target-args=--broken no-rng-restore",
                            "--no-database")

@@ -54,6 +54,21 @@ def test_node_loss_elastic_on_netns_regroups_3_2_3(chaos_run) -> None:
 
 
 @pytest.mark.chaos(requires=["torch", "sklearn", "netns"])
+def test_node_crash_then_a_node_restart_fault_regroups_3_2_3(chaos_run) -> None:
+    """The two faults apart: node 2 crashes at step 60 and stays down; a ``node-restart`` fault brings it
+    back once the two survivors have trained at world size 2 to step 120."""
+    schedule = [{"fault": "node-crash", "node": 2, "signal": "SIGKILL", "trigger": {"at_step": 60}},
+                {"fault": "node-restart", "node": 2, "trigger": {"at_step": 120}}]
+    result = chaos_run(SCENARIOS / "node-loss-elastic.yaml", overrides={"schedule": schedule})
+    result.assert_ok()
+    assert world_sizes(result) == [3, 2, 3]
+    restart = [e for e in result.events if e["kind"] == "fault_inject" and e.get("fault") == "node-restart"]
+    assert len(restart) == 1 and restart[0]["step"] >= 120
+    assert "3 again" in result.verdict("regrouped").explanation
+    assert_nothing_left(result)
+
+
+@pytest.mark.chaos(requires=["torch", "sklearn", "netns"])
 def test_losing_the_rendezvous_host_is_named_as_the_cause(chaos_run) -> None:
     schedule = [{"fault": "node-crash", "node": 0, "trigger": {"at_step": 60}}]
     result = chaos_run(SCENARIOS / "node-loss-elastic.yaml", overrides={"schedule": schedule})

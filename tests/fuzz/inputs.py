@@ -8,7 +8,7 @@
   known to be invalid (``--runs-dir``, ``--deadline-s``, ``--set``), which must exit 2 naming it.
 - :func:`explore_inputs`: ``explore`` on a valid scenario with at least one invalid flag.
 - :func:`report_inputs` / :func:`cleanup_inputs`: damaged copies of one real run directory
-  (:func:`make_base_run`), ``cleanup`` always with ``--dry-run``.
+  (:func:`make_base_run`, from a stored journal), ``cleanup`` always with ``--dry-run``.
 - :func:`list_inputs`: ``list --scenarios-dir`` over a directory of mutants.
 :data:`ONCE`: ``schema``, ``schema --markdown``, ``doctor --json``.
 
@@ -19,10 +19,7 @@ repository's, so its ``../targets/...`` still resolves and the mutation is what 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -305,21 +302,20 @@ def explore_inputs(draw: st.DrawFn) -> Input:
 
 # -- damaged run directories -----------------------------------------------------------------------
 def make_base_run(where: Path) -> Path:
-    """One real run directory (``chaos run scenarios/kill-worker.yaml --no-reference``, ~15-30 s),
-    made under ``where`` once and reused: returns ``where/base`` (the run directory without its
-    checkpoints and drawings). Raises RuntimeError if the run did not leave a journal."""
+    """One real run directory, unpacked from the stored journal ``kill-worker`` (tests/journals/, a real
+    run kept whole: runner.jsonl, resources.jsonl, events/; no job runs) and judged once by ``chaos
+    report`` so that it holds the result.json a run leaves: returns ``where/base`` (without drawings),
+    made once and reused."""
+    from chaos.run.rejudge import rejudge
+    from tests.journals import store
+
     base = where / "base"
     if (base / "journal.jsonl").is_file():
         return base
-    runs = where / "runs"
-    env = {**os.environ, "CHAOS_RUNS_DIR": str(runs)}
-    proc = subprocess.run([sys.executable, "-m", "chaos.cli", "run", str(VALID), "--no-reference", "--runs-dir", str(runs)],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
-    made = sorted(p for p in runs.glob("*") if (p / "journal.jsonl").is_file()) if runs.is_dir() else []
-    if not made:
-        raise RuntimeError(f"the base run left no journal (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    shutil.copytree(made[-1], base, ignore=shutil.ignore_patterns("checkpoints", "report.html", "timeline.png"))
-    shutil.rmtree(runs, ignore_errors=True)
+    run_dir = store.unpack("kill-worker", where / "unpacked")
+    rejudge(run_dir)
+    shutil.copytree(run_dir, base, ignore=shutil.ignore_patterns("report.html", "timeline.png"))
+    shutil.rmtree(where / "unpacked", ignore_errors=True)
     return base
 
 

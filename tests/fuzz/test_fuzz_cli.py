@@ -1,7 +1,7 @@
 """Generated bad input through ``chaos.cli.main``: no traceback, no hang, no wrong exit code.
 
-A few hundred inputs (:data:`COUNTS`, ~1-2 min on a busy 2-core machine plus one real run of ~30 s
-for the damaged run directories), spread over the commands; the big run (≥ 2,000) is
+A few hundred inputs (:data:`COUNTS`, ~1-2 min on a busy 2-core machine; the damaged run directories
+are copies of a stored real journal, no job runs), spread over the commands; the big run (≥ 2,000) is
 ``python -m benchmarks.fuzz_cli`` (``nox -s fuzz``). Inputs are drawn from a fixed seed, so a
 failure reproduces; each failure lists every finding class with one input (argv, files, stderr).
 The harness's own tests come first: it must see a traceback, a hang, a memory blow-up, a wrong exit
@@ -124,7 +124,7 @@ def test_generated_input(family: str) -> None:
 
 
 def test_damaged_run_directories(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """``report`` and ``cleanup --dry-run`` over damaged copies of one real run directory."""
+    """``report`` and ``cleanup --dry-run`` over damaged copies of one real run directory (a stored journal)."""
     base = inputs.make_base_run(tmp_path_factory.mktemp("fuzz-base"))
     tally = Tally()
     for family in ("report", "cleanup"):

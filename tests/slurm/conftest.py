@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, SCENARIOS
+from tests.labs import SessionLab, settled
 
 
 @pytest.hookimpl(wrapper=True)
@@ -29,21 +30,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 _CALL_FAILED = pytest.StashKey[bool]()
 
 
-@pytest.fixture(autouse=True)
-def _controller_log_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
-    """On a failed test, the end of the lab controller's and nodes' logs (the test's captured output):
-    what Slurm did is otherwise gone with the lab."""
-    yield
-    if request.node.stash.get(_CALL_FAILED, False) and "slurm3" in request.fixturenames:
-        lab = request.getfixturevalue("slurm3")
-        print(f"--- slurmctld ---\n{lab.log_tail('slurmctld', 6000)}\n--- slurmd ---\n{lab.log_tail('slurmd', 4000)}")
-
-
-@pytest.fixture(scope="module")
-def slurm3() -> Iterator[Any]:
-    """A cluster of three nodes, shared by the tests of a module; ``SLURM_CONF`` points at it while
-    it runs (chaos's Slurm commands read it, as on a login node). No job and nothing of a run is
-    left on it after each module."""
+def require_slurm_lab() -> None:
+    """Skip (fail under CI=true) unless a Slurm lab can be built here."""
     from chaos.capabilities import CAPABILITIES
 
     why = CAPABILITIES["slurm"]()
@@ -51,23 +39,45 @@ def slurm3() -> Iterator[Any]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{why} (CI=true: not skipped)")
         pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def slurm_labs() -> Iterator[SessionLab[Any]]:
+    """The session's cluster of three nodes (:class:`tests.labs.SessionLab`), built on first use (one
+    per xdist worker); at the session's end it is stopped and nothing of it may be left."""
     from chaos.backends.slurm.lab import SlurmLab
 
-    before = os.environ.get("SLURM_CONF")
-    lab = SlurmLab(3)
-    try:
-        lab.start()
-        os.environ["SLURM_CONF"] = str(lab.conf)
-        yield lab
-        jobs = lab.jobs()
-        leftovers = [f"node {i}: {ln}" for i in range(3) for ln in node_leftovers(lab, i)]
-    finally:
-        if before is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = before
-        left = lab.stop()
-    assert jobs == [] and leftovers == [] and left == [], (jobs, leftovers, left)
+    labs: SessionLab[Any] = SessionLab(lambda: SlurmLab(3).start(), lambda lab: settled(lambda: lab_leftovers(lab), 30))
+    yield labs
+    left = labs.close()
+    assert left == [], left
+
+
+@pytest.fixture
+def slurm3(slurm_labs: SessionLab[Any], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+           ) -> Iterator[Any]:
+    """A cluster of three nodes, shared by every test of the session; ``SLURM_CONF`` points at it
+    during the test (chaos's Slurm commands read it, as on a login node). After each test no job and
+    nothing of a run may be left and every node must be idle (a test that leaves something fails, and
+    the next one gets a fresh cluster). A failed test prints the end of the controller's and nodes'
+    logs (its captured output): what Slurm did is otherwise gone with the lab."""
+    require_slurm_lab()
+    lab = slurm_labs.get()
+    monkeypatch.setenv("SLURM_CONF", str(lab.conf))
+    yield lab
+    if request.node.stash.get(_CALL_FAILED, False):
+        print(f"--- slurmctld ---\n{lab.log_tail('slurmctld', 6000)}\n--- slurmd ---\n{lab.log_tail('slurmd', 4000)}")
+    left = slurm_labs.check()
+    assert left == [], f"left on the slurm lab: {left}"
+
+
+def lab_leftovers(lab: Any) -> list[str]:
+    """What a test left on the cluster: jobs, nodes not idle, and on each node (:func:`node_leftovers`)."""
+    out = [f"job {j}" for j in lab.jobs()]
+    states = lab.scontrol("show", "-o", "node").stdout.splitlines()
+    out += [f"node {ln.split()[0]} {st}" for ln in states for st in ln.split() if st.startswith("State=")
+            and st != "State=IDLE"]
+    return out + [f"node {i}: {ln}" for i in range(lab.n) for ln in node_leftovers(lab, i)]
 
 
 def node_leftovers(lab: Any, i: int) -> list[str]:

@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, SCENARIOS
+from tests.labs import SessionLab, settled
 
 
-@pytest.fixture(scope="module")
-def lab3() -> Iterator[Any]:
-    """Three sshd hosts, shared by the tests of a module (a test never leaves a run behind on them)."""
+def require_ssh_lab() -> None:
+    """Skip (fail under CI=true) unless an ssh lab can be built here."""
     from chaos.capabilities import CAPABILITIES
 
     why = CAPABILITIES["sshd"]()
@@ -28,12 +28,33 @@ def lab3() -> Iterator[Any]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{why} (CI=true: not skipped)")
         pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def ssh_labs() -> Iterator[SessionLab[Any]]:
+    """The session's lab of three sshd hosts (:class:`tests.labs.SessionLab`), built on first use
+    (one per xdist worker); at the session's end it is stopped and nothing of it may be left."""
     from chaos.backends.ssh.lab import SshLab
 
-    with SshLab(3) as lab:
-        yield lab
-        leftovers = [f"host {i}: {ln}" for i in range(3) for ln in host_leftovers(lab, i)]
-    assert leftovers == [], leftovers
+    labs: SessionLab[Any] = SessionLab(lambda: SshLab(3).start(), lambda lab: settled(lambda: lab_leftovers(lab), 10))
+    yield labs
+    left = labs.close()
+    assert left == [], left
+
+
+@pytest.fixture
+def lab3(ssh_labs: SessionLab[Any]) -> Iterator[Any]:
+    """Three sshd hosts, shared by every test of the session; after each test nothing of a run may be
+    left on them (a test that leaves something fails, and the next one gets a fresh lab)."""
+    require_ssh_lab()
+    yield ssh_labs.get()
+    left = ssh_labs.check()
+    assert left == [], f"left on the ssh lab: {left}"
+
+
+def lab_leftovers(lab: Any) -> list[str]:
+    """What of chaos is left on any of the lab's hosts (:func:`host_leftovers`)."""
+    return [f"host {i}: {ln}" for i in range(lab.n) for ln in host_leftovers(lab, i)]
 
 
 def host_leftovers(lab: Any, i: int) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 from chaos.backends.ssh.lab import SshLab, lab_available
 
 NEEDS = ["netns", "sshd"]
-PY = "/work/main/.venv/bin/python"
+PY = sys.executable  # the hosts see this machine's filesystem (all but their workdir): any interpreter runs there
 
 
 def require_lab() -> None:

@@ -1,7 +1,8 @@
-"""`chaos report` on damaged copies of a real run directory (issue 14): journal lines that are not
-events, a journal that is not UTF-8, malformed reference.json and result.json, an invalid
-scenario.yaml, a journal that is a FIFO, a symlink to /dev/zero or huge. Each is exit 2 with one
-`error:` naming the file (and the line) and the fix: never a traceback, never a hang."""
+"""`chaos report` on damaged copies of a real run directory (issue 14), unpacked from the stored real
+journal ``kill-worker`` (tests/journals/; no job runs): journal lines that are not events, a journal
+that is not UTF-8, malformed reference.json and result.json, an invalid scenario.yaml, a journal that
+is a FIFO, a symlink to /dev/zero or huge. Each is exit 2 with one `error:` naming the file (and the
+line) and the fix: never a traceback, never a hang."""
 
 from __future__ import annotations
 
@@ -18,9 +19,7 @@ import pytest
 
 from chaos.cli import main
 from tests.conftest import REPO
-from tests.e2e.test_report import short_kill_worker
-
-pytestmark = [pytest.mark.e2e, pytest.mark.chaos(requires=["torch", "sklearn"])]
+from tests.journals import store
 
 REFERENCE = {"key": "k" * 20, "world_size": 2, "final_digests": {"0": "a", "1": "a"}, "step_digests": {},
              "accuracy": None, "wall_time_s": 1.0, "run_dir": "/ref"}
@@ -28,12 +27,9 @@ REFERENCE = {"key": "k" * 20, "world_size": 2, "final_digests": {"0": "a", "1": 
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One real run of a short kill-worker (no reference), made once for the module."""
-    tmp = tmp_path_factory.mktemp("damaged")
-    runs = tmp / "runs"
-    assert main(["run", str(short_kill_worker(tmp)), "--no-reference", "--json", "--runs-dir", str(runs)]) == 0
-    (run_dir,) = runs.iterdir()
-    return run_dir
+    """The run directory of a real short kill-worker run (the stored journal ``kill-worker``, kept whole:
+    with runner.jsonl, resources.jsonl and events/), unpacked once for the module."""
+    return store.unpack("kill-worker", tmp_path_factory.mktemp("damaged"))
 
 
 @pytest.fixture
@@ -198,7 +194,8 @@ def test_an_odd_value_in_any_other_field_is_a_verdict_never_a_crash(value: objec
     """Fields the checks read (not the ones every event is grouped, ordered and counted by) may hold anything: a
     check that cannot read them is unknown or failed, the report still prints (exit 0 or 1), never exit 3,
     and never a memory blow-up (a 1e308 world size once made `completes` count to it: 23 GB)."""
-    grouped = ("t", "kind", "source", "rank", "seq", "pid", "node", "restart", "step", "world_size")
+    # journal_format decides whether the journal is read at all: a bad one is exit 2 (test_stored_journals.py)
+    grouped = ("t", "kind", "source", "rank", "seq", "pid", "node", "restart", "step", "world_size", "journal_format")
     body = [json.loads(line) for line in lines(copy)]
     for e in body:
         for key in [k for k in e if k not in grouped]:
