@@ -150,8 +150,10 @@ class Explorer:
         strategy = schedules(self.shape, max_faults=self.max_faults, families=self.families)
         budget = self.max_examples if self.max_examples is not None else 10_000
         db = DirectoryBasedExampleDatabase(str(cache_dir() / "hypothesis")) if self.database else None
+        # derandomize=False: under CI=true Hypothesis loads its "ci" profile, which derandomizes and so
+        # would drop the seed: the same --seed must make the same search in a user's CI as on their laptop.
         conf = settings(max_examples=budget, deadline=None, database=db, report_multiple_bugs=False,
-                        verbosity=Verbosity.quiet)
+                        verbosity=Verbosity.quiet, derandomize=False)
         if self.observer:
             self.observer.started(self)
         stopped = "budget of examples spent" if self.max_examples is not None else "time budget spent"

@@ -105,3 +105,20 @@ def test_the_time_budget_is_honoured(tmp_path: Path) -> None:
 def test_a_schedule_without_a_recorded_run_is_an_error_not_a_guess(tmp_path: Path) -> None:
     with pytest.raises(NotStored, match="has no recorded real run"):
         explore("correct", tmp_path, seed=SEARCHES["correct"].seed + 1)
+
+
+def test_the_seed_holds_under_hypothesis_ci_profile(tmp_path: Path) -> None:
+    """Under CI=true Hypothesis loads its ``ci`` profile (derandomize): the same seed must still make the
+    same search, as it does outside CI."""
+    from hypothesis import settings
+
+    before = settings.default
+    settings.load_profile("ci")
+    try:
+        assert settings.default.derandomize
+        result, runner = explore("correct", tmp_path)
+    finally:
+        settings.register_profile("chaos-test-restore", before)
+        settings.load_profile("chaos-test-restore")
+    assert [s.to_data() for s in runner.asked] == recorded(runner)
+    assert not result.found
