@@ -3,19 +3,22 @@
 ``python -m tests.ci_report TIER TMP START CACHE``: TMP is the run's base temporary directory (one
 sub-directory and one JUnit XML file per phase, and ``phases``: lines ``NAME SECONDS EXIT_CODE``),
 START the run's start (Unix seconds), CACHE the reference cache. Prints each phase's wall time, the 25
-slowest tests, and the real jobs the tier started: every chaos run directory under TMP or CACHE whose
-``runner.jsonl`` records an agent started since START, references included, with the checks they judged and the fault
-kinds they injected. Runs made outside those directories are not counted."""
+slowest tests, and the real jobs the tier started (:func:`runs_since`: chaos run directories under TMP
+or CACHE, references included) with the checks they judged and the fault kinds they injected. Runs made
+outside those directories are not counted."""
 
 from __future__ import annotations
 
 import json
-import os
-import stat
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
+
+from chaos.history import JOURNAL, RUNNER_EVENTS
+from tests.rundirs import run_dirs, text_of
+
+MAX_DEPTH = 12  # a tier's run directories lie up to 8 levels below its base directory (references: 3)
 
 
 def slowest(tmp: Path, n: int = 25) -> list[tuple[float, str]]:
@@ -29,19 +32,15 @@ def slowest(tmp: Path, n: int = 25) -> list[tuple[float, str]]:
 
 
 def runs_since(roots: list[Path], start: float) -> list[Path]:
-    """Real jobs under ``roots`` since ``start``: run directories whose ``runner.jsonl`` (a regular file)
-    records an agent started at or after ``start``. Directories that tests build from stored journals
-    (their events are older) are not jobs. Walks without following links."""
-    out = []
-    for root in roots:
-        for top, _dirs, files in os.walk(root):
-            if "runner.jsonl" in files and _agent_started_since(Path(top) / "runner.jsonl", start):
-                out.append(Path(top))
-    return sorted(out)
+    """Real jobs under ``roots`` since ``start``: run directories whose ``runner.jsonl`` records an agent
+    started at or after ``start``. Directories that tests build from stored journals (their events are
+    older) are not jobs."""
+    return sorted(run for run in run_dirs(roots, since=start, max_depth=MAX_DEPTH)
+                  if _agent_started_since(run / RUNNER_EVENTS, start))
 
 
 def _agent_started_since(runner_log: Path, start: float) -> bool:
-    for line in (_text(runner_log) or "").splitlines():
+    for line in (text_of(runner_log) or "").splitlines():
         if '"agent_start"' in line:
             try:
                 event = json.loads(line)
@@ -52,28 +51,17 @@ def _agent_started_since(runner_log: Path, start: float) -> bool:
     return False
 
 
-def _text(path: Path) -> str | None:
-    """A regular file's text, undecodable bytes replaced; None for anything else. Tests damage run
-    directories on purpose (a FIFO for a journal would block a plain read)."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return None
-        return path.read_text(errors="replace")
-    except OSError:
-        return None
-
-
 def tally(runs: list[Path]) -> tuple[Counter[str], Counter[str]]:
     """How many runs judged each check, and injected each fault kind."""
     checks: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
     for run in runs:
         try:
-            result = json.loads(_text(run / "result.json") or "{}")
+            result = json.loads(text_of(run / "result.json") or "{}")
             checks.update({v["check"] for v in result.get("verdicts", [])})
         except (ValueError, TypeError, KeyError, AttributeError):  # a damaged run's
             pass
-        for line in (_text(run / "journal.jsonl") or "").splitlines():
+        for line in (text_of(run / JOURNAL) or "").splitlines():
             if '"fault_inject"' in line:
                 try:
                     kinds[str(json.loads(line).get("fault"))] += 1

@@ -30,7 +30,6 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -38,6 +37,9 @@ from typing import Any, TypeGuard
 
 import pytest
 import pytest_timeout  # without it no test has a limit: fail here, loudly
+
+from chaos.history import RUNNER_EVENTS
+from tests.rundirs import run_dirs, text_of
 
 REPO = Path(__file__).resolve().parents[1]
 UNIT_LIMIT_S = 60.0
@@ -226,40 +228,12 @@ def roots(item: pytest.Item) -> list[Path]:
     return [Path(p) for p in dict.fromkeys(out)]
 
 
-def run_dirs(where: list[Path], since: float, max_depth: int = 6) -> list[Path]:
-    """Run directories (holding ``runner.jsonl`` written since ``since``, wall time) under ``where``,
-    at most ``max_depth`` levels down; a run directory is not looked inside."""
-    found: dict[Path, None] = {}
-
-    def walk(d: Path, depth: int) -> Iterator[Path]:
-        try:
-            entries = list(os.scandir(d))
-        except OSError:
-            return
-        if any(e.name == "runner.jsonl" for e in entries):
-            yield d
-            return
-        if depth < max_depth:
-            for e in entries:
-                if e.is_dir(follow_symlinks=False):
-                    yield from walk(Path(e.path), depth + 1)
-
-    for root in where:
-        for run in walk(root, 0):
-            try:
-                if (run / "runner.jsonl").stat().st_mtime >= since:
-                    found[run] = None
-            except OSError:
-                continue
-    return list(found)
-
-
 def last_events(run_dir: Path, n: int = EVENTS_SHOWN) -> str:
     """The last ``n`` lines of the run's ``runner.jsonl``, each cut to :data:`EVENT_CHARS` characters."""
-    try:
-        lines = (run_dir / "runner.jsonl").read_text(errors="replace").splitlines()
-    except OSError as e:
-        return f"runner.jsonl unreadable: {e}"
+    text = text_of(run_dir / RUNNER_EVENTS)
+    if text is None:
+        return f"{RUNNER_EVENTS}: missing, or not a regular file"
+    lines = text.splitlines()
     shown = [line if len(line) <= EVENT_CHARS else line[:EVENT_CHARS] + " ..." for line in lines[-n:]]
     return f"({len(shown)} of {len(lines)} events)\n" + "\n".join(shown)
 

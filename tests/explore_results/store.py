@@ -128,8 +128,8 @@ class RecordingRunner(RealRunner):
     def run(self, scenario: Scenario, runs_dir: Path, *, reference: bool,
             observer: Callable[[Event], None] | None) -> RunResult:
         result = super().run(scenario, runs_dir, reference=reference, observer=observer)
-        self.runs.append({"schedule": Schedule(tuple(scenario.schedule)).to_data(), "describe":
-                          Schedule(tuple(scenario.schedule)).describe(), "status": result.status,
+        schedule = Schedule(tuple(scenario.schedule))
+        self.runs.append({"schedule": schedule.to_data(), "describe": schedule.describe(), "status": result.status,
                           "wall_time_s": round(result.wall_time_s, 2),
                           "verdicts": [{"check": v.check, "status": v.status, "explanation": v.explanation}
                                        for v in result.verdicts]})
