@@ -21,6 +21,7 @@ Run by hand (from this directory): ``torchrun --standalone --nproc-per-node 2 tr
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -111,6 +112,10 @@ def main(args: argparse.Namespace) -> None:
                 print("saving checkpoint to ckpt.pt", flush=True)
         iter_num += 1
     dist.barrier()
+    # drop the DDP model before tearing gloo down (its reducer holds the process group in a reference cycle;
+    # left to the interpreter's exit, gloo's threads can abort a finished rank on torch 2.13 CPU)
+    del ddp, model
+    gc.collect()
     dist.destroy_process_group()
 
 

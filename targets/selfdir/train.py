@@ -12,6 +12,7 @@ it runs in (``python: …``), so a test can see that ``target.python`` is what r
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -78,6 +79,10 @@ def main() -> None:
             p.checkpoint_saved(step, os.path.abspath(SNAPSHOT), probe.bytes_digest(blob), bytes=len(blob))
         dist.barrier()
     p.emit("final", step=config["steps"], digest=probe.param_digest(model.parameters()))
+    # drop the DDP model before tearing gloo down (its reducer holds the process group in a reference cycle;
+    # left to the interpreter's exit, gloo's threads can abort a finished rank on torch 2.13 CPU)
+    del model
+    gc.collect()
     dist.destroy_process_group()
     p.exit()
 
