@@ -431,8 +431,13 @@ def _add_init_parser(sub: Any) -> None:
                          usage="chaos init [options] -- COMMAND...",
                          description="Runs COMMAND (torchrun [options] train.py [args]) once under chaos's torchrun "
                          "with no faults, shows each rank's lines, proposes blackbox.progress / saved regexes, the "
-                         "ranks that print, the checkpoint files, the last step and the save interval, and writes "
-                         "a scenario with a kill, a mid-write kill, a pause (and with --backend netns, a delay). "
+                         "ranks that print, the checkpoint files, the last step and the save interval; works out "
+                         "from the order and timing of the lines what each number means (counts: done | next; "
+                         "asked in a comment where the run cannot tell), the print cadence (progress_every), "
+                         "whether the save line comes before the write (saved_line), and the job's resume line "
+                         "(resumed: printed, or read from the script's source, never run); says when a resume that "
+                         "skips fewer steps than the cadence cannot be seen; and writes a scenario with a kill, a "
+                         "mid-write kill, a pause (and with --backend netns, a delay). "
                          "Exit 0: written; 2: a bad command, or the job failed its fault-free run.")
     ini.add_argument("--output", "-o", type=Path, default=None, metavar="PATH",
                      help="the scenario file to write (default: chaos-<script>.yaml here)")

@@ -11,7 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from chaos.checks.base import attempt, step_named
 from chaos.history import Event
+from chaos.logtext import brief
 
 # a line is held this long (wall seconds) before it is printed, so that lines reach the terminal in the
 # order of their events' times: the runner reads the probe's and the observer's events a tick late
@@ -40,6 +42,7 @@ class LiveProgress:
         self.tasks: dict[int, Any] = {}
         self.t0: float | None = None
         self.in_reference = False
+        self.blackbox = False  # a black-box target (its run_start says): bars only for the ranks that print
         self._held: list[tuple[float, int, float, str]] = []  # (event time, arrival order, arrived at, line)
         self._arrivals = 0
         self._lock = threading.Lock()
@@ -107,8 +110,11 @@ class LiveProgress:
                 (f" to {self.unit} {e['steps']}, " if e.get("steps") is not None else ", ")
             self._say(e["t"], f"run [bold]{escape(str(e['run_id']))}[/]: {escape(str(e['world_size']))} ranks, {escape(length)}"
                       f"{len(e.get('schedule', []))} fault(s) scheduled")
-            for rank in range(self.world_size):
-                self._task(rank)
+            # a black-box job's bars are its printing ranks' (made at their first progress line): a rank
+            # that prints nothing (most jobs log on rank 0 only) would sit at 0 steps all run
+            self.blackbox = bool(box)
+            for rank in (box or {}).get("progress_ranks") or ([] if box else range(self.world_size)):
+                self._task(int(rank))
         elif kind == "agent_start":
             self._say(e["t"], escape(f"torchrun agent of node {e['node']} started (pid {e['pid']})"))
         elif kind == "start":
@@ -119,10 +125,11 @@ class LiveProgress:
             seen = self.starts.get(e["rank"], 0)
             self.starts[e["rank"]] = seen + 1
             if seen:  # a new process for a rank seen before (torchrun restart, or a node that came back)
-                self.progress.update(self._task(e["rank"]),
-                                     description=f"rank {escape(str(e['rank']))} [yellow](start {seen + 1})[/]")
+                if not self.blackbox or e["rank"] in self.tasks:
+                    self.progress.update(self._task(e["rank"]),
+                                         description=f"rank {escape(str(e['rank']))} [yellow](start {seen + 1})[/]")
                 if e["rank"] == 0:
-                    self._say(e["t"], escape(f"workers restarted (restart {e.get('restart', 0)} of their agent)"))
+                    self._say(e["t"], escape(f"workers started again ({attempt(e.get('restart'), True)})"))
         elif kind == "step":
             self.progress.update(self._task(e["rank"]), completed=e["step"])
         elif kind == "log_progress" and e.get("rank") is not None:  # a black-box target's output line
@@ -151,7 +158,7 @@ class LiveProgress:
         elif kind in ("checkpoint_save_failed", "checkpoint_skipped", "checkpoint_rejected") and e.get("rank") == 0:
             detail = e.get("error") or e.get("reason") or ""
             self._say(e["t"], f"[yellow]{kind.replace('_', ' ')}[/] {escape(os.path.basename(str(e.get('path', ''))))} "
-                      f"step {escape(str(e.get('step', '')))}: {escape(str(detail)[:90])}")
+                      f"({escape(step_named(e.get('step')))}): {escape(brief(str(detail), 90))}")
         elif kind == "deadline_exceeded":
             self._say(e["t"], f"[bold red]deadline of {e['deadline_s']:g} s exceeded[/]; stopping the job")
         elif kind == "interrupted":

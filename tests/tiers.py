@@ -123,8 +123,15 @@ CAPABILITIES: tuple[Capability, ...] = (
                (f"{E2E}test_blackbox.py::test_atomic_tutorial_resumes_after_a_kill_on_its_log_line_and_says_what_it_cannot_tell",
                 f"{E2E}test_blackbox.py::test_bad_black_box_config_exits_2_naming_the_field_and_the_fix"),
                (f"{E2E}test_blackbox.py", f"{E2E}test_blackbox_shapes.py", f"{E2E}test_blackbox_writers.py")),
+    Capability("black-box verdicts at the logs' resolution (print cadence, resume lines, counts)",
+               (f"{E2E}test_blackbox_cadence.py::test_restore_is_judged_at_the_logs_resolution"
+                "[k10-done-noline-correct-between_saves]",
+                f"{E2E}test_blackbox_cadence.py::test_restore_is_judged_at_the_logs_resolution"
+                "[k10-done-noline-skip-between_saves]"),
+               (f"{E2E}test_blackbox_cadence.py", f"{E2E}test_blackbox_cadence_init.py")),
     Capability("`chaos init` learns a script and its scenario runs",
                (f"{E2E}test_init.py::test_init_learns_the_atomic_tutorial_and_its_scenario_runs_without_a_false_failure",
+                f"{E2E}test_init.py::test_init_learns_the_cadence_the_meaning_of_each_number_and_the_resume_line",
                 f"{E2E}test_init.py::test_a_bad_command_exits_2_naming_the_fix"),
                (f"{E2E}test_init.py",)),
     Capability("the pytest plugin (marker, options, a failed run's message)",

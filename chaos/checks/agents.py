@@ -3,10 +3,11 @@ of probe and black-box targets alike: agent exits a fault caused, agent log tail
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
+from chaos.checks.base import attempt_of
 from chaos.history import Event, History
+from chaos.logtext import brief
 
 # errors a worker gets because a peer died first: never the root cause while another error is there
 COLLATERAL = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "SIGTERM", "Signal 15")
@@ -16,8 +17,8 @@ def first_log_error(history: History, after: float, named: Sequence[str] = ()) -
     """For a black-box target: the first error line (``log_error``) of the workers started after
     ``after`` — or, if none of those printed one, the first printed after it by any worker (one
     running when the fault began) — skipping peers' "Connection closed by peer" while another is
-    there; ``["first error: rank R (restart K) printed LINE"]``, or ``[]`` when there is none or
-    ``named`` (texts already in the verdict) names it already."""
+    there; ``["first error: rank R (after restart K) printed LINE"]`` (:func:`chaos.checks.base.attempt`), or
+    ``[]`` when there is none or ``named`` (texts already in the verdict) names it already."""
     started = {e["pid"]: float(e["t"]) for e in history.job_events("start") if e.get("pid") is not None}
     found = history.of("log_error")
     group = [e for e in found if started.get(e.get("pid"), float(e["t"])) > after] or \
@@ -25,10 +26,10 @@ def first_log_error(history: History, after: float, named: Sequence[str] = ()) -
     if not group:
         return []
     root = next((e for e in group if not any(c in str(e.get("line", "")) for c in COLLATERAL)), group[0])
-    line = re.sub(r"^\[rank\d+\]:\s*", "", " ".join(str(root.get("line", "?")).split()))[:200]
+    line = brief(str(root.get("line", "?")), 200)
     if any(line[:60] in text for text in named):
         return []
-    return [f"first error: rank {root.get('rank', '?')} (restart {root.get('restart', '?')}) printed {line}"]
+    return [f"first error: rank {root.get('rank', '?')} ({attempt_of(history, root)}) printed {line}"]
 
 
 def log_tails(history: History) -> list[str]:

@@ -216,3 +216,33 @@ def run_check(name: str, history: History, ctx: CheckContext) -> Verdict:
 
 def short(digest: str | None) -> str:
     return (digest or "?")[:8]
+
+
+def step_named(step: object) -> str:
+    """``step N`` for a whole-number step, else ``step unknown`` (an event that did not say which)."""
+    return f"step {step}" if isinstance(step, int) and not isinstance(step, bool) else "step unknown"
+
+
+def attempt(restart: object, again: bool = False) -> str:
+    """A worker's torchrun attempt in words, from its events' ``restart`` field: torchrun's
+    ``TORCHELASTIC_RESTART_COUNT``, the number of times its agent had restarted its workers after a failure
+    when it started (its ``attempt_<n>`` log directory; 0: the first start). ``after restart 2``; ``first
+    start``; ``restart count 0`` for a worker that is not its rank's first (``again``) yet has count 0 (its
+    agent restarted the workers for a membership change, which torchrun does not count, or a new agent on a
+    node that came back); ``restart count unknown``."""
+    if not isinstance(restart, int) or isinstance(restart, bool) or restart < 0:
+        return "restart count unknown"
+    if restart:
+        return f"after restart {restart}"
+    return "restart count 0" if again else "first start"
+
+
+def attempt_of(history: History, e: Event) -> str:
+    """:func:`attempt` of the worker that recorded ``e`` (by its ``pid`` and ``rank``): ``again`` when a
+    process of the same rank started before it."""
+    starts = [s for s in history.job_events("start") if s.get("rank") == e.get("rank")]
+    own = next((s for s in starts if s.get("pid") == e.get("pid")), None)
+    began = float((own or e)["t"])
+    again = any(float(s["t"]) < began and s.get("pid") != e.get("pid") for s in starts)
+    count = e.get("restart")
+    return attempt(count if count is not None else (own or {}).get("restart"), again)

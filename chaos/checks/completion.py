@@ -5,10 +5,11 @@ from __future__ import annotations
 import signal
 
 from chaos.checks.agents import COLLATERAL, crashed_agent_exits, log_tails
-from chaos.checks.base import CheckContext, Verdict, check
+from chaos.checks.base import CheckContext, Verdict, attempt_of, check
 from chaos.checks.midwrite import landings
 from chaos.checks.restores import restart_budget
 from chaos.history import Event, History
+from chaos.logtext import brief
 
 CONNECT_HINT = ("restarted gloo workers could not connect to their peers: after a restart they dial a dead "
                 "rank's old port (pytorch/pytorch#135712)")
@@ -51,12 +52,12 @@ def _last_errors(history: History, limit: int = 2) -> list[str]:
     began = started.get(group[-1]["pid"], group[-1]["t"])
     group = [e for e in group if e["t"] >= began]
     root = next((e for e in group if not any(c in str(e.get("error", "")) for c in COLLATERAL)), group[0])
-    error = str(root.get("error", "?"))[:300]
-    out = [f"first error: rank {root['rank']} (restart {root.get('restart')}) failed {_where(root)}{during}: {error}"]
+    error = brief(str(root.get("error", "?")), 300)
+    out = [f"first error: rank {root['rank']} ({attempt_of(history, root)}) failed {_where(root)}{during}: {error}"]
     said = {error}
     for e in [e for e in group if e is not root][:limit]:
-        text = str(e.get("error", "?"))[:160]
-        out.append(f"also rank {e['rank']} (restart {e.get('restart')}) failed {_where(e)}: "
+        text = brief(str(e.get("error", "?")))
+        out.append(f"also rank {e['rank']} ({attempt_of(history, e)}) failed {_where(e)}: "
                    + (text if text not in said else "the same error"))
         said.add(text)
     return out
@@ -78,7 +79,7 @@ STOP_CODES = (-signal.SIGSTOP, -signal.SIGCONT, -signal.SIGTSTP)
 
 def _aborted_after_clean_exit(history: History) -> list[str]:
     clean = {e["pid"] for e in history.job_events("exit") if e.get("status") == "ok"}
-    return [f"rank {e['rank']} (restart {e.get('restart')}) died with exit code {e['exit_code']} after reporting a "
+    return [f"rank {e['rank']} ({attempt_of(history, e)}) died with exit code {e['exit_code']} after reporting a "
             f"clean exit" for e in history.of("worker_exit")
             if e["pid"] in clean and e.get("exit_code") not in (0, None, *STOP_CODES)]
 
@@ -99,7 +100,7 @@ def _stalled_incarnations(history: History) -> list[str]:
     for rank, starts in sorted(history.processes_started_after(t).items()):
         last = starts[-1]
         if not history.of_pid(last["pid"], "step", "exit"):
-            out.append(f"rank {rank} (restart {last.get('restart')})")
+            out.append(f"rank {rank} ({attempt_of(history, last)})")
     if not out:
         return []
     text = (f"the workers restarted after the fault ({', '.join(out)}) never completed a step: "
@@ -167,7 +168,7 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
             continue  # a rank of a node the job lost for good (an elastic job that shrank)
         ends = history.of_pid(start["pid"], "exit")
         if not ends or ends[-1].get("status") == "error":
-            unclean.append(f"rank {rank} (pid {start['pid']})" + (f": {ends[-1].get('error')}" if ends else ""))
+            unclean.append(f"rank {rank} (pid {start['pid']})" + (f": {brief(str(ends[-1].get('error')))}" if ends else ""))
     if unclean:
         return Verdict(name, "failed", f"agents exited 0 but the last worker of {'; '.join(unclean)} did not exit "
                        "cleanly", events=exits[:2])

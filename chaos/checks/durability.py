@@ -11,8 +11,9 @@ and resumed from the previous good one, and said so (NVIDIA/Megatron-LM#5281).
 
 from __future__ import annotations
 
-from chaos.checks.base import CheckContext, Verdict, check, require
+from chaos.checks.base import CheckContext, Verdict, check, require, step_named
 from chaos.history import Event, History
+from chaos.logtext import brief
 from chaos.paths import base_name as _name
 
 # what a verification says when files it reads were deleted under it (a job rotating its checkpoints)
@@ -47,7 +48,7 @@ def checkpoint_durable(history: History, ctx: CheckContext) -> Verdict:
            if (e["path"], e["when"], e.get("reason")) not in {(b["path"], b["when"], b.get("reason")) for b in bad_all[:i]}]
     saved = {e["path"] for e in verified if e.get("when") == "saved"}
     if bad:
-        text = "; ".join(f"{_name(e['path'])} (step {e.get('step')}) at {e['when']}: {e.get('reason')}"
+        text = "; ".join(f"{_name(e['path'])} ({step_named(e.get('step'))}) at {e['when']}: {e.get('reason')}"
                          for e in bad[:4])
         more = f" (and {len(bad) - 4} more)" if len(bad) > 4 else ""
         return Verdict(name, "failed", f"{len(bad)} verification(s) failed: {text}{more}", events=bad[:4])
@@ -118,11 +119,11 @@ def fell_back(history: History, ctx: CheckContext) -> Verdict:
         failed = [e for e in loads if e["kind"] == "checkpoint_load_failed" and _name(e.get("path")) == bad_name]
         rejected = [e for e in loads if e["kind"] == "checkpoint_rejected" and _name(e.get("path")) == bad_name]
         if took_bad:
-            problems.append(f"rank {took_bad[0]['rank']} loaded the damaged {bad_name} (step {bad_step}) as if it "
+            problems.append(f"rank {took_bad[0]['rank']} loaded the damaged {bad_name} ({step_named(bad_step)}) as if it "
                             "were good: the job does not verify what it loads")
         elif failed:
             problems.append(f"loading the damaged {bad_name} failed {len(failed)} time(s) "
-                            f"({str(failed[0].get('error'))[:100]}) instead of falling back to the previous "
+                            f"({brief(str(failed[0].get('error')), 100)}) instead of falling back to the previous "
                             "checkpoint")
         elif not rejected:
             problems.append(f"no rank said it rejected {bad_name}; they loaded "
@@ -131,8 +132,8 @@ def fell_back(history: History, ctx: CheckContext) -> Verdict:
             problems.append(f"{bad_name} was rejected but no older checkpoint was loaded")
         else:
             first = loaded[0]
-            oks.append(f"{bad_name} rejected ({str(rejected[0].get('reason'))[:80]}); resumed from "
-                       f"{_name(first.get('path'))} (step {first.get('step')})")
+            oks.append(f"{bad_name} rejected ({brief(str(rejected[0].get('reason')), 80)}); resumed from "
+                       f"{_name(first.get('path'))} ({step_named(first.get('step'))})")
     if problems:
         return Verdict(name, "failed", "; ".join(problems), events=damage[:2])
     return Verdict(name, "ok", "; ".join(oks), events=damage[:2])

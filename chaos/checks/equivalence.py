@@ -23,6 +23,7 @@ The oracle:
 from __future__ import annotations
 
 from chaos.checks.base import CheckContext, Verdict, check, short
+from chaos.checks.completion import completes
 from chaos.checks.replicas import evident_split_of, split_of
 from chaos.history import Event, History
 
@@ -47,6 +48,23 @@ def step_digests(history: History, rank: int = 0) -> dict[int, str]:
         if e["rank"] == rank and e.get("digest"):
             out[e["step"]] = e["digest"]
     return out
+
+
+def no_finals(name: str, history: History, ctx: CheckContext) -> Verdict:
+    """The verdict of check ``name``, which compares final parameters with the reference's, when no rank
+    recorded any (no ``final`` event with a digest): ``unknown``, as nothing can be compared, saying whether
+    the job finished — as ``completes`` judges it (a job that did not is that check's failure, not this one's)."""
+    done = completes(history, ctx)
+    if done.ok:
+        why = ("the job finished (every rank exited 0) but recorded no final parameters, so they cannot be compared "
+               "with the reference; emit 'final' with a digest at the job's end (p.emit(\"final\", step=step, "
+               "digest=probe.param_digest(model.parameters())))")
+    elif done.status == "failed":
+        why = (f"the job did not complete (completes: {done.explanation.split('; ')[0]}), so it recorded no final "
+               "parameters to compare with the reference")
+    else:
+        why = f"no rank recorded final parameters to compare with the reference, and {done.explanation}"
+    return Verdict(name, "unknown", why, events=done.events[:2])
 
 
 def worlds_joined(history: History) -> list[int]:
@@ -82,7 +100,7 @@ def _within_tolerance(history: History, ctx: CheckContext, worlds: list[int]) ->
            "throughout), so each step's global batch was summed over other ranks in another order: the oracle is "
            f"a tolerance (rtol={rtol:g}), not bitwise")
     if not final_digests(history):
-        return Verdict(name, "failed", "the job recorded no final parameters (it did not finish)")
+        return no_finals(name, history, ctx)
     compared = history.of(COMPARED)
     if not compared:
         if ref.final_checkpoint is None:
@@ -132,7 +150,7 @@ def equivalent_to_reference(history: History, ctx: CheckContext) -> Verdict:
         return Verdict(name, "unknown", f"the reference ran at world size {ref.world_size}, this run at {ctx.world_size}")
     mine = final_digests(history)
     if not mine:
-        return Verdict(name, "failed", "the job recorded no final parameters (it did not finish)")
+        return no_finals(name, history, ctx)
     differ = {r: d for r, d in mine.items() if ref.final_digests.get(r) != d}
     missing = sorted(set(ref.final_digests) - set(mine))
     # replicas that disagree are wrong even when the reference drifted the same way; ranks that all differ

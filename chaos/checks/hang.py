@@ -15,6 +15,7 @@ from typing import Any
 from chaos.checks.base import CheckContext, Verdict, check, is_blackbox, require
 from chaos.history import Event, History
 from chaos.kinds import row
+from chaos.logtext import brief
 
 DEFAULT_SLACK_S = 10.0
 
@@ -86,23 +87,40 @@ def silences(history: History) -> list[Silence]:
     return sorted(out, key=lambda s: -s.seconds)
 
 
+def last_reported(history: History, rank: int | None, pid: int | None, t: float) -> int | None:
+    """The step of the last ``step`` event worker ``pid`` of ``rank`` recorded at or before ``t`` (None: none)."""
+    steps = [e for e in history.of_pid(pid, "step") if e["t"] <= t and e.get("rank") == rank
+             and isinstance(e.get("step"), int)] if pid is not None else []
+    return steps[-1]["step"] if steps else None
+
+
 def after_where(history: History, pid: int | None, step: int | None, t: float) -> str:
-    """Where a silent worker had got to at time ``t``: ``after step 30``; for a black-box target (no step
-    events) ``after epoch 3`` (its last progress line), ``after its line '…'``, or ``before it printed
-    anything``; ``before its first step`` for a probe target that had made none."""
+    """Where a silent worker had got to at time ``t``, as far as it said: ``after its last reported step
+    30``; for a black-box target (no step events) ``after its last printed epoch 3`` (its last progress
+    line: a job that prints every k steps was then somewhere after it), ``after its line '…'``, or ``before
+    it printed anything``; ``before it reported any step`` for a probe target that had reported none."""
     if step is not None:
-        return f"after step {step}"
+        return f"after its last reported step {step}"
     box = (history.first("run_start") or {}).get("blackbox")
     if not box:
-        return "before its first step"
+        return "before it reported any step"
     lines = [e for e in history.of_pid(pid, "log_progress", "log_checkpoint_saved", "log_error") if e["t"] <= t] \
         if pid is not None else []
     progress = [e for e in lines if e["kind"] == "log_progress"]
     if progress:
-        return f"after {box.get('counter') or 'step'} {progress[-1].get('progress')}"
+        return f"after its last printed {box.get('counter') or 'step'} {progress[-1].get('progress')}"
     if lines:
-        return f"after its line {str(lines[-1].get('line'))[:80]!r}"
+        return f"after its line {brief(str(lines[-1].get('line')), 80)!r}"
     return "before it printed anything"
+
+
+def _hung_at(history: History, hung: Event, s: dict[str, Any]) -> int | None:
+    """The last step stuck worker ``s`` of ``hung`` (a ``hang_detected`` entry) reported before the hang: its
+    last ``step`` event in the history (the runner's ``last_step`` is what it had read by then, which can
+    lag the worker's own events, and is null for a black-box worker), else the runner's ``last_step``."""
+    found = last_reported(history, s.get("rank"), s.get("pid"), float(hung["t"]))
+    said = s.get("last_step")
+    return found if found is not None else said if isinstance(said, int) and not isinstance(said, bool) else None
 
 
 def _during(history: History, s: Silence) -> str:
@@ -184,7 +202,7 @@ def no_hang(history: History, ctx: CheckContext) -> Verdict:
         if hung is not None:
             stuck = "; ".join(
                 f"rank {s['rank']} (node {s['node']}, pid {s['pid']}) silent {s['silent_s']:.1f} s "
-                f"{after_where(history, s['pid'], s.get('last_step'), hung['t'] - s['silent_s'])}"
+                f"{after_where(history, s['pid'], _hung_at(history, hung, s), hung['t'] - s['silent_s'])}"
                 + _during(history, Silence(s["rank"], s["pid"], hung["t"] - s["silent_s"], hung["t"], None, "hang"))
                 for s in hung.get("stuck", []))
             text = f"the job hung: {stuck} — past {what}; the run was stopped"

@@ -17,6 +17,7 @@ import os
 from chaos.checks.agents import loses_node
 from chaos.checks.base import CheckContext, Verdict, check, require
 from chaos.history import Event, History
+from chaos.logtext import brief
 
 DEFAULT_MAX_REGROUP_S = 120.0
 
@@ -86,8 +87,10 @@ def _why_not(history: History, lost_node: int, rdzv_node: int, after: float) -> 
                      "is fatal to torchrun jobs (pytorch/pytorch#67742, #150916) — lose another node, or run the "
                      "rendezvous on a host outside the job (an etcd or dedicated TCPStore)")
     if bad:
+        # each of the agent log's last error lines quoted whole (chaos.logtext.brief)
         tails = "; ".join(f"node {e['node']} agent exited {e['exit_code']}" +
-                          (f" ({e['log_tail'][:160]})" if e.get("log_tail") else "") for e in bad[:3])
+                          (f" ({' | '.join(map(brief, str(e['log_tail']).split(' | ')))})" if e.get("log_tail") else "")
+                          for e in bad[:3])
         parts.append(f"the survivors died: {tails}")
     start = history.first("run_start")
     backend = (start or {}).get("backend") or {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chaos.checks.base import CheckContext, Status, Unknown, Verdict, check, require, short
+from chaos.checks.base import CheckContext, Status, Unknown, Verdict, attempt, check, require, short
 from chaos.history import Event, History
 
 DEFAULT_MAX_STALL_S = 60.0  # when neither the torchft event nor the Lighthouse said its timeouts
@@ -176,7 +176,7 @@ def returns(history: History, hit_list: list[Hit] | None = None) -> list[Return]
             started = _starts_after(history, ranks, hit.t, until)
             if started:
                 s = started[0]
-                how = f"rank {s.get('rank')} started again (pid {s.get('pid')}, restart {s.get('restart')})"
+                how = f"rank {s.get('rank')} started again (pid {s.get('pid')}, {attempt(s.get('restart'), True)})"
                 t = float(s["t"])
             elif hit.healed_t is not None and (out_of := _left_out(history, hit, len(by_group))) is not None:
                 how = (f"stepped again after the heal, having been left out of the quorum "
@@ -287,7 +287,7 @@ def groups_kept_stepping(history: History, ctx: CheckContext) -> Verdict:
             stepped = stepped or bool(steps)
             for s in _starts_after(history, ranks, hit.t, end):
                 problems.append(f"replica group {g} restarted during {hit.name}: rank {s.get('rank')} started again "
-                                f"(pid {s.get('pid')}, restart {s.get('restart')}) at {_rel(history, s['t'])}, "
+                                f"(pid {s.get('pid')}, {attempt(s.get('restart'), True)}) at {_rel(history, s['t'])}, "
                                 f"{s['t'] - hit.t:.1f} s after the fault: a global restart, not a torchft recovery")
                 events.append(s)
             stall, where = _longest_stall(history, steps, ranks, hit.t, end)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from chaos.checks.base import CheckContext, Verdict, check, short
+from chaos.checks.base import CheckContext, Verdict, attempt_of, check, short
 from chaos.checks.restores import Restore, recovered_at, restart_budget, restores
 from chaos.checks.skeleton import Judged, Measured, Stop, judge_lost, judge_recovery, judge_restores
 from chaos.history import History
+from chaos.logtext import brief
 from chaos.paths import base_name as _ckpt
 
 
@@ -14,7 +15,7 @@ def _first_error(history: History, r: Restore) -> str:
         for s in rec.false_starts:
             for e in history.of_pid(s["pid"], "exit"):
                 if e.get("error"):
-                    return str(e["error"])[:120]
+                    return brief(str(e["error"]), 120)
     return "no error recorded"
 
 
@@ -33,18 +34,18 @@ def _saved_digest(r: Restore, expected: dict, loaded: dict) -> str | None:
     return r.saved_digest_for(loaded, default)
 
 
-def _rank_problems(r: Restore) -> tuple[list[str], list[dict]]:
+def _rank_problems(history: History, r: Restore) -> tuple[list[str], list[dict]]:
     problems: list[str] = []
     examples: list[dict] = []
     for rank, rec in sorted(r.ranks.items()):
         expected = rec.durable if rec.durable is not None else r.durable
-        who = f"rank {rank} (restart {rec.start.get('restart', '?')}, pid {rec.start['pid']})"
+        who = f"rank {rank} ({attempt_of(history, rec.start)}, pid {rec.start['pid']})"
         if rec.load_failed is not None:
             path = rec.load_failed["path"]
             torn = r.torn.get(path)
             why = (f" — a torn checkpoint: its save began {rec.load_failed['t'] - torn['t']:.1f}s earlier, "
                    f"at step {torn.get('step')}, and never completed before the fault") if torn else ""
-            problems.append(f"{who} failed to load {path}: {rec.load_failed.get('error', '?')[:200]}{why}")
+            problems.append(f"{who} failed to load {path}: {brief(str(rec.load_failed.get('error', '?')), 200)}{why}")
             examples.append(rec.load_failed)
             continue
         if rec.loaded is None:
@@ -52,7 +53,7 @@ def _rank_problems(r: Restore) -> tuple[list[str], list[dict]]:
                 problems.append(f"{who} began loading {rec.load_begin['path']} and never finished")
                 examples.append(rec.load_begin)
             elif rec.first_step is None:
-                err = f": {str(rec.exit.get('error'))[:160]}" if rec.exit and rec.exit.get("error") else ""
+                err = f": {brief(str(rec.exit.get('error')))}" if rec.exit and rec.exit.get("error") else ""
                 problems.append(f"{who} never loaded a checkpoint or completed a step{err}")
                 examples.append(rec.exit or rec.start)
             elif expected is not None:
@@ -113,7 +114,7 @@ def restored_from_checkpoint(history: History, ctx: CheckContext) -> Verdict:
 
 def _judge_restore(history: History, r: Restore) -> Judged:
     """One restarted fault, from the probe's events: every rank's problems, or what each group of ranks loaded."""
-    ps, ex = _rank_problems(r)
+    ps, ex = _rank_problems(history, r)
     if ps:
         return Judged(problems=[f"after {r.label()}: {p}" for p in ps], examples=ex)
     false = sum(len(rec.false_starts) for rec in r.ranks.values())
@@ -159,7 +160,10 @@ def _steps_redone(r: Restore) -> Measured | Stop:
     resumed = min(rec.loaded["step"] if rec.loaded is not None else (rec.first_step or {"step": 1})["step"] - 1
                   for rec in r.ranks.values())
     lost = (r.last_step_before or 0) - resumed
-    return Measured(lost, f"{r.label()}: last step {r.last_step_before}, resumed from step {resumed}, "
+    if lost < 0:  # it saved steps whose step events the kill cut off: none redone
+        return Measured(0, f"{r.label()}: resumed from step {resumed}, past the last recorded step "
+                           f"{r.last_step_before} (the kill cut off the events of steps it had done), 0 step(s) redone")
+    return Measured(lost, f"{r.label()}: last recorded step {r.last_step_before}, resumed from step {resumed}, "
                           f"{lost} step(s) redone")
 
 

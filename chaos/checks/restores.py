@@ -58,7 +58,8 @@ class Restore:
     def label(self) -> str:
         text = str(self.fault.get("description", self.fault.get("fault")))
         if self.fault.get("step") is None:
-            text += f" (fired at t+{self.fault.get('t_rel_s', 0):.1f}s, after step {self.last_step_before})"
+            # a step whose event the kill cut off is not in the history: "recorded"
+            text += f" (fired at t+{self.fault.get('t_rel_s', 0):.1f}s, after recorded step {self.last_step_before})"
         return text
 
 

@@ -4,7 +4,7 @@ job end healthy?"""
 from __future__ import annotations
 
 from chaos.checks.base import CheckContext, Verdict, check, require, short
-from chaos.checks.equivalence import final_digests
+from chaos.checks.equivalence import final_digests, no_finals
 from chaos.checks.replicas import evident_split_of
 from chaos.history import Event, History
 
@@ -54,6 +54,46 @@ def sdc_detected(history: History, ctx: CheckContext) -> Verdict:
     return Verdict(name, "ok", "; ".join(found), value=float(max(latencies)), unit="steps", events=injections[:3])
 
 
+# detectors whose alarm states a fact, not a statistical guess (chaos.probe.detectors): what such an alarm
+# saw was there, injected or not, so it is never a false alarm (only ``spike`` can alarm on a healthy job);
+# detector → (why it is true, what else than an injection can cause it)
+EXACT = {"digest": ("digest compares the replicas' parameters exactly, so they did differ",
+                    "the job's own nondeterminism, or real corruption"),
+         "nonfinite": ("nonfinite alarms only on a NaN or Inf that is there",
+                       "the job's own numerical instability, or real corruption"),
+         "replay": ("replay alarms only when a recomputed step's gradients differ bitwise",
+                    "the job's own nondeterminism, or real corruption")}
+
+
+def _unexplained(alarms: list[Event], injections: list[Event], within: int) -> list[str]:
+    """What each detection among ``alarms`` (one per detector, step and suspects, however many ranks recorded
+    it) is shown to be: how long after the last injection before it (or that none came before), and whether
+    it can be a false alarm at all (:data:`EXACT`)."""
+    found: dict[tuple[object, object, str], list[Event]] = {}
+    for a in alarms:
+        found.setdefault((a.get("detector"), a.get("step"), str(a.get("suspected_ranks"))), []).append(a)
+    out = []
+    for (detector, step, suspects), same in found.items():
+        ranks = sorted({str(e["rank"]) for e in same})
+        text = (f"{detector} at step {step} (recorded by {'rank' if len(ranks) == 1 else 'ranks'} {', '.join(ranks)}) "
+                f"naming {suspects} ({same[0].get('evidence')})")
+        earlier = [i for i in injections if i["t"] <= same[0]["t"] and i.get("step", 0) <= same[0].get("step", 0)]
+        if earlier:
+            inj = earlier[-1]
+            named = ", whose rank it names" if inj["rank"] in same[0].get("suspected_ranks", []) else ""
+            text += (f": {same[0].get('step', 0) - inj.get('step', 0)} step(s) after {_what(inj)}{named}, later "
+                     f"than within_steps={within} allows")
+        else:
+            text += ": before any injected corruption"
+        if detector in EXACT:
+            true, cause = EXACT[str(detector)]
+            text += f" — not a false alarm: {true}" + ("" if earlier else f" (not injected: {cause})")
+        elif not earlier:
+            text += " — a false alarm"
+        out.append(text)
+    return out
+
+
 @check("no SDC alarm without an injected corruption at most k steps before it", params={"within_steps": int})
 def no_false_alarms(history: History, ctx: CheckContext) -> Verdict:
     name = "no_false_alarms"
@@ -63,9 +103,12 @@ def no_false_alarms(history: History, ctx: CheckContext) -> Verdict:
     false = [a for a in alarms if _explained_by(a, injections, within) is None]
     steps = len({(e["rank"], e["step"], e.get("restart"), e["t"]) for e in history.job_events("step")})
     if false:
-        examples = "; ".join(f"{a.get('detector')} at step {a.get('step')} on rank {a['rank']} naming "
-                             f"{a.get('suspected_ranks')} ({a.get('evidence')})" for a in false[:3])
-        return Verdict(name, "failed", f"{len(false)} alarm(s) with no injected corruption before them: {examples}",
+        counts: dict[str, int] = {}
+        for a in false:
+            counts[str(a.get("detector"))] = counts.get(str(a.get("detector")), 0) + 1
+        head = ", ".join(f"{n} alarm(s) from {d}" for d, n in counts.items())
+        return Verdict(name, "failed", f"{head} not explained by an injected corruption at most {within} step(s) "
+                       f"before them: {'; '.join(_unexplained(false, injections, within)[:3])}",
                        value=float(len(false)), events=false[:3])
     return Verdict(name, "ok", f"{len(alarms)} alarm(s), all explained by the {len(injections)} injection(s); "
                    f"{steps} rank-steps checked", value=0.0)
@@ -80,7 +123,7 @@ def recovered(history: History, ctx: CheckContext) -> Verdict:
     assert ref is not None  # needs_reference: run_check answers for a run without one
     mine = final_digests(history)
     if not mine:
-        return Verdict(name, "failed", "the job recorded no final parameters (it did not finish)")
+        return no_finals(name, history, ctx)
     rollbacks = history.job_events("sdc_rollback")
     how = f" after {len([e for e in rollbacks if e['rank'] == 0])} rollback(s)" if rollbacks else ""
     split = evident_split_of(history)  # every rank's digest, not one: a drifting replica is not a recovery

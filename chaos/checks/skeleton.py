@@ -55,10 +55,30 @@ class Judged:
 
 @dataclass(frozen=True)
 class Measured:
-    """One fault's measurement: ``value`` (steps redone, or seconds to recover) and the sentence saying it."""
+    """One fault's measurement: ``value`` (steps redone, or seconds to recover) and the sentence saying it.
+    ``lo``: the least the value can be, when the evidence shows it only to a resolution (``value`` is then
+    the most it can be; ``inf``: no upper bound)."""
 
     value: float
     text: str
+    lo: float | None = None
+
+    @property
+    def least(self) -> float:
+        return self.value if self.lo is None else self.lo
+
+
+def _against(name: str, worst: Measured, bound: float, parts: list[str], tail: str, unit: str,
+             events: list[Event]) -> Verdict:
+    """``failed`` when even the least ``worst`` can be exceeds ``bound``, ``ok`` when the most it can be
+    does not, else ``unknown``: the bound lies within what the evidence can tell."""
+    text = "; ".join(parts) + tail
+    if worst.least > bound:
+        return Verdict(name, "failed", text, value=round(worst.least, 3), unit=unit, events=events)
+    if worst.value > bound:
+        return Verdict(name, "unknown", f"{text}: the bound lies within what the job's lines can show, so whether "
+                       "it was exceeded cannot be told", value=round(worst.least, 3), unit=unit, events=events)
+    return Verdict(name, "ok", text, value=round(worst.value, 3), unit=unit, events=events)
 
 
 @dataclass(frozen=True)
@@ -126,16 +146,15 @@ def judge_lost(name: str, items: Sequence[K], measure_one: Callable[[K], Measure
     if bound is None:
         return Verdict(name, "unknown", "no bound: set target.checkpoint_every or `progress_lost: {max_steps: N}`"
                        + hint)
-    worst: float = 0
+    worst = Measured(0.0, "")
     parts: list[str] = []
     for k in items:
         m = measure_one(k)
         if isinstance(m, Stop):
             return Verdict(name, m.status, m.reason, events=[k.fault])
-        worst = max(worst, m.value)
+        worst = Measured(max(worst.value, m.value), "", max(worst.least, m.least))
         parts.append(m.text)
-    return Verdict(name, "failed" if worst > bound else "ok", f"{'; '.join(parts)} (bound {bound})",
-                   value=float(worst), unit=unit, events=_faults(items))
+    return _against(name, worst, float(bound), parts, f" (bound {bound})", unit, _faults(items))
 
 
 def judge_recovery(name: str, items: Sequence[K], measure_one: Callable[[K], Measured | Stop],
@@ -147,16 +166,14 @@ def judge_recovery(name: str, items: Sequence[K], measure_one: Callable[[K], Mea
     None: reported only)."""
     if not items:
         return Verdict(name, "unknown", "no fault killed a process in this run, so there was no recovery to time")
-    times: list[float] = []
+    worst = Measured(0.0, "")
     parts: list[str] = []
     for k in items:
         m = measure_one(k)
         if isinstance(m, Stop):
             return Verdict(name, m.status, m.reason, events=[k.fault])
-        times.append(m.value)
+        worst = Measured(max(worst.value, m.value), "", max(worst.least, m.least))
         parts.append(m.text)
-    worst = max(times)
-    failed = bound is not None and worst > float(bound)
-    tail = f" (bound {float(bound):g} s)" if bound is not None else ""
-    return Verdict(name, "failed" if failed else "ok", "; ".join(parts) + tail, value=round(worst, 3), unit="s",
-                   events=_faults(items))
+    if bound is None:
+        return Verdict(name, "ok", "; ".join(parts), value=round(worst.value, 3), unit="s", events=_faults(items))
+    return _against(name, worst, float(bound), parts, f" (bound {float(bound):g} s)", "s", _faults(items))

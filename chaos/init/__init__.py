@@ -1,10 +1,15 @@
 """``chaos init -- COMMAND…``: run a user's torchrun job once with no faults, propose the black-box
-section of its scenario (progress / saved regexes, the ranks that print, checkpoint files, the last
-step and the save interval) and write a scenario with faults ready to run.
+section of its scenario (progress / saved / resumed regexes and what their numbers mean, the print
+cadence, the ranks that print, checkpoint files, the last step and the save interval) and write a
+scenario with faults ready to run.
 
 - :mod:`chaos.init.run` — the fault-free run and what it showed (:func:`~chaos.init.run.learn`)
 - :mod:`chaos.init.lines` — output lines → regexes (pure)
 - :mod:`chaos.init.files` — the files the job wrote (a scan while it runs; candidates, pure)
+- :mod:`chaos.init.timing` — when each line was printed and each checkpoint write ended
+- :mod:`chaos.init.meaning` — what the lines' numbers mean: cadence, counts, saved_line (pure)
+- :mod:`chaos.init.source` — the job's resume line, printed or read from the script's source (pure)
+- :mod:`chaos.init.words` — what init says about the numbers, in words
 - :mod:`chaos.init.template` — the scenario's choices and text (pure)
 - :mod:`chaos.init.show` — what ``chaos init`` prints
 """

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from chaos.init.run import InitError
 from chaos.init.template import _slug
+from chaos.init.words import blind_spot
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
@@ -55,10 +56,16 @@ def run_init(args: argparse.Namespace) -> int:
         return _error(args, exc)
     p = learned.proposal
     if args.json:
+        m = learned.understood()
+        r = m.resumed
         print(json.dumps({
             "ok": True, "scenario": str(out), "job_s": round(learned.job_s, 3), "wall_s": round(learned.wall_s, 3),
             "counter": p.counter, "progress": p.progress, "saved": p.saved, "progress_ranks": p.progress_ranks,
-            "saving_ranks": p.saving_ranks, "first": p.first, "last": p.last, "saved_values": p.saved_values,
+            "counts": m.counts, "every": m.every, "progress_every": m.progress_every, "saved_means": m.saved_means,
+            "saved_line": m.saved_line, "resumed": r.regex if r is not None and r.needs is None else None,
+            "resumed_means": r.means if r is not None and r.needs is None else None,
+            "resumed_from": r.where if r is not None else None, "blind_spot": blind_spot(m, p.counter),
+            "saving_ranks": p.saving_ranks, "first": p.first, "last": p.last, "saved_values": m.saved_values,
             "save_interval": p.save_interval, "mid_write": pl.mid_write,
             "checkpoints": [{"path": c.path, "kind": c.kind, "bytes": c.size, "writes": c.writes,
                              "temporaries": c.temporaries} for c in learned.candidates],

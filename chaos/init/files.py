@@ -36,12 +36,15 @@ class Seen:
     existed: bool = False  # there before the job started
     gone: bool = False  # absent at the end (renamed away or deleted)
     replaced: int = 0  # times another file took its place (an atomic save's rename)
-    _sig: tuple[int, int, int] = (0, 0, 0)
+    ctimes: list[float] = field(default_factory=list)  # the file's own ctime at each change seen (s): when a
+    # write or a rename onto it happened, as the kernel stamps it (the clock of the output files' mtimes)
+    _sig: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
-def _scan(root: Path, runs: bool) -> dict[str, tuple[int, int, int]]:
-    """Every file under ``root``; for a directory of run directories (``runs``), not chaos's own entries."""
-    out: dict[str, tuple[int, int, int]] = {}
+def _scan(root: Path, runs: bool) -> dict[str, tuple[int, int, int, int]]:
+    """Every file under ``root`` as (size, mtime ns, inode, ctime ns); for a directory of run directories
+    (``runs``), not chaos's own entries."""
+    out: dict[str, tuple[int, int, int, int]] = {}
     for dirpath, dirs, files in os.walk(root):
         if runs and Path(dirpath).parent == root:
             dirs[:] = [d for d in dirs if d not in CHAOS_ENTRIES]
@@ -53,7 +56,7 @@ def _scan(root: Path, runs: bool) -> dict[str, tuple[int, int, int]]:
                 st = os.stat(path)
             except OSError:
                 continue
-            out[path] = (st.st_size, st.st_mtime_ns, st.st_ino)
+            out[path] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
     return out
 
 
@@ -71,8 +74,8 @@ class DirWatch:
         for path, sig in self._all().items():  # what is there before the job starts
             self.seen[path] = Seen(path, now, now, sig[0], 0, existed=True, _sig=sig)
 
-    def _all(self) -> dict[str, tuple[int, int, int]]:
-        out: dict[str, tuple[int, int, int]] = {}
+    def _all(self) -> dict[str, tuple[int, int, int, int]]:
+        out: dict[str, tuple[int, int, int, int]] = {}
         for root, is_run in self.roots:
             out.update(_scan(root, is_run))
         return out
@@ -84,9 +87,10 @@ class DirWatch:
         for path, sig in current.items():
             s = self.seen.get(path)
             if s is None:
-                self.seen[path] = Seen(path, now, now, sig[0], _sig=sig)
+                self.seen[path] = Seen(path, now, now, sig[0], ctimes=[sig[3] / 1e9], _sig=sig)
             elif sig != s._sig or s.gone:
                 s.changes += 1
+                s.ctimes.append(sig[3] / 1e9)
                 s.replaced += sig[2] != s._sig[2] and not s.gone
                 s.last_t, s.size, s._sig, s.gone = now, max(s.size, sig[0]), sig, False
         for path, s in self.seen.items():

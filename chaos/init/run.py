@@ -2,8 +2,10 @@
 
 One fault-free run through the runner itself (an empty schedule, no reference, no report), with
 the black-box observer's per-rank ``--tee`` output; a :class:`~chaos.init.files.DirWatch` on the job's
-directories meanwhile. Then the lines and files are read (:mod:`chaos.init.lines`,
-:mod:`chaos.init.files`) and a scenario is written (:mod:`chaos.init.template`).
+directories and a :class:`~chaos.init.timing.LineClock` on its output files meanwhile. Then the lines
+and files are read (:mod:`chaos.init.lines`, :mod:`chaos.init.files`), what their numbers mean is
+worked out (:mod:`chaos.init.meaning`, with the resume line of :mod:`chaos.init.source`), and a
+scenario is written (:mod:`chaos.init.template`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from typing import Any
 from chaos.errors import ChaosError
 from chaos.init.files import Candidate, DirWatch, Seen, checkpoints
 from chaos.init.lines import LineProposal, propose, read_rank_lines
+from chaos.init.meaning import Meaning, infer
+from chaos.init.source import propose as propose_resumed
+from chaos.init.timing import LineClock, Row, untimed, write_times
 from chaos.safedir import ensure_runs_dir
 from chaos.scenario.command import CommandError, parse_command
 
@@ -53,6 +58,37 @@ class Learned:
     seen: list[Seen] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     kept: bool = True  # the run directory is still there (--runs-dir given)
+    rows: dict[int, list[Row]] = field(default_factory=dict)  # each rank's lines, timed (empty: not timed)
+    meaning: Meaning | None = None  # what the lines' numbers mean (None: worked out from ``lines`` untimed)
+
+    def understood(self) -> Meaning:
+        """What the lines' numbers mean: :attr:`meaning`, else worked out from the lines' order alone."""
+        if self.meaning is None:
+            try:
+                args: list[str] | None = list(parse_command(self.words).args)
+            except CommandError:
+                args = None
+            self.meaning = understand(self.lines, self.proposal, self.script, self.rows, self.seen, self.candidates,
+                                      args)
+        return self.meaning
+
+
+MAX_SCRIPT_BYTES = 2_000_000
+
+
+def understand(lines: dict[int, list[str]], p: LineProposal, script: Path, rows: dict[int, list[Row]],
+               seen: list[Seen], candidates: list[Candidate], args: list[str] | None = None) -> Meaning:
+    """:func:`~chaos.init.meaning.infer` on the run's lines (timed where ``rows`` has them) and checkpoint
+    writes, with the resume line the run printed or the script's source shows (read, never run)."""
+    try:
+        text = script.read_text(errors="replace") if script.stat().st_size <= MAX_SCRIPT_BYTES else None
+    except OSError:
+        text = None
+    taken = [*p.progress_templates, *([p.saved_template] if p.saved_template else [])]
+    resumed = propose_resumed(lines, p.counter, taken, text, script.name, args)
+    timed = {rank: rows.get(rank) or untimed({rank: texts})[rank] for rank, texts in lines.items()}
+    ends, writes = write_times(seen, candidates)
+    return infer(timed, p, ends=ends, writes=writes, resumed=resumed)
 
 
 def _check_command(words: list[str]) -> tuple[Any, Path, int, int | None]:
@@ -145,7 +181,9 @@ def learn(words: list[str], *, backend: str = "local", runs_dir: Path | None = N
     runs = Path(tempfile.mkdtemp(prefix="chaos-init-", dir=runs_dir))
     work = _work_dir(scenario)
     watch = DirWatch([(runs, True)] + ([(work, False)] if work is not None else []))
+    clock = LineClock(runs)
     watch.start()
+    clock.start()
     t0 = time.time()
     try:
         result = run_scenario(scenario, runs, reference=False, report=False, observer=observer)
@@ -154,6 +192,7 @@ def learn(words: list[str], *, backend: str = "local", runs_dir: Path | None = N
             shutil.rmtree(runs, ignore_errors=True)
         raise
     finally:
+        rows = clock.stop()
         seen = watch.stop()
     wall = time.time() - t0
     run_dir = result.run_dir
@@ -169,7 +208,8 @@ def learn(words: list[str], *, backend: str = "local", runs_dir: Path | None = N
     if "nproc-per-node" not in _cmd.torchrun:
         notes.append(f"the command gives no --nproc-per-node: ran {nproc} workers (backend.nproc_per_node)")
     learned = Learned(words, script, nproc, restarts, run_dir, work_dir, wall, _job_seconds(result.events), lines,
-                      propose(lines), checkpoints(seen), seen, notes)
+                      propose(lines), checkpoints(seen), seen, notes, rows=rows)
+    learned.understood()
     if work is not None:
         notes += _tidy(work, seen)
     if runs_dir is None:

@@ -13,6 +13,8 @@ from typing import Any
 
 from chaos.init.files import Candidate
 from chaos.init.lines import LineProposal
+from chaos.init.meaning import Meaning, label
+from chaos.init.words import blind_spot, every_words, means_words, resumed_hint, span, unsure_resume
 from chaos.scenario import BLACKBOX_DEFAULT_CHECKS, BlackboxSpec, Trigger
 from chaos.scenario.command import parse_command
 
@@ -130,8 +132,15 @@ def plan(learned: Any, out_path: Path, *, backend: str = "local", delay: bool = 
     # 3. a kill right after a save line
     if p.saved is not None and _saved_ok(p):
         saves = len(p.saved_values) or (len(p.saved_template.rows.get(saver, [])) if p.saved_template else 1)
-        trig = {"on_log": p.saved, "rank": saver, "count": max(1, saves - 1)}
-        why = f"SIGKILL rank {saver} right after its save line (save {trig['count']} of {saves} in the fault-free run)"
+        if learned.understood().saved_line == "before_write" and files:
+            # the line comes as the write begins: on the 2nd save it would land with the mid-write kill, on the
+            # same write; on the 1st it tests a save announced and not yet on disk
+            trig = {"on_log": p.saved, "rank": saver, "count": 1}
+            why = (f"SIGKILL rank {saver} right after its first save line, printed as the save begins (before "
+                   "the file is whole)")
+        else:
+            trig = {"on_log": p.saved, "rank": saver, "count": max(1, saves - 1)}
+            why = f"SIGKILL rank {saver} right after its save line (save {trig['count']} of {saves} in the fault-free run)"
     else:
         trig = {"at_time_s": round(0.6 * job_s, 1)}
         why = f"SIGKILL rank {saver} at {trig['at_time_s']:g} s (no save line was seen to aim at)"
@@ -153,24 +162,32 @@ def _mid_write(c: Candidate, learned: Any, saver: int, pl: Plan) -> tuple[str, l
     # seen twice in one save, so its count is trusted only through the save lines)
     saves = len(learned.proposal.saved_values) or (c.writes if (c.replaced or c.kind == "dcp") else 1)
     exact, not_exact = _exact_possible(pattern_of(c, learned.work_dir, learned.run_dir, []), c)
+    # numbered checkpoint files (step_000040.pt): each save makes a new name, so aim at any of them
+    every = learned.candidates if many else []
     if (c.temporaries or c.replaced) and exact:
         # an atomic save writes a temporary file first (the filesystem layer sees every one): hold its write;
         # its name when a scan saw it, else any file named like the checkpoint plus a suffix
-        target = pattern_of(Candidate(c.temporaries[0], "file", c.size, c.writes), learned.work_dir,
-                            learned.run_dir, []) if c.temporaries else pattern_of(c, learned.work_dir,
-                                                                                  learned.run_dir, []) + "?*"
+        if c.temporaries:
+            temp = c.temporaries[0]
+            if many:
+                temp = os.path.join(os.path.dirname(temp), re.sub(r"\d+", "*", os.path.basename(temp)))
+            target = pattern_of(Candidate(temp, "file", c.size, c.writes), learned.work_dir, learned.run_dir, [])
+        else:
+            target = pattern_of(c, learned.work_dir, learned.run_dir, every) + "?*"
         trig: dict[str, Any] = {"on_checkpoint": target, "change": "created", "count": 2 if saves >= 2 else 1}
     elif c.temporaries or c.replaced:
         # an atomic save seen from a 20 ms tick: its temporary file may come and go unseen, the file itself is
         # always seen (created, then replaced): the 3rd change of either is at the latest the end of the 3rd save,
         # and mid-write of the 2nd when the temporary file is seen
-        target = pattern_of(c, learned.work_dir, learned.run_dir, []) + "*"
+        target = pattern_of(c, learned.work_dir, learned.run_dir, every) + "*"
         trig = {"on_checkpoint": target, "change": "any", "count": max(1, min(3, saves))}
     elif c.kind == "dcp":  # a DCP save writes one shard per rank, then .metadata: the first shard of the 2nd save
         target = pattern_of(c, learned.work_dir, learned.run_dir, learned.candidates) + "/*.distcp"
         trig = {"on_checkpoint": target, "change": "created", "count": c.shards + 1 if saves >= 2 else 1}
     elif many:
-        target = pattern_of(c, learned.work_dir, learned.run_dir, learned.candidates)
+        # a new file each save, written in place or (its temporary file unseen by the scans) renamed into
+        # place: aim at either — a rename is no write, so `step_*.pt` alone would never see one to hold
+        target = pattern_of(c, learned.work_dir, learned.run_dir, learned.candidates) + "*"
         trig = {"on_checkpoint": target, "change": "created", "count": 2}
     else:
         target = pattern_of(c, learned.work_dir, learned.run_dir, [])
@@ -193,7 +210,7 @@ def _saved_ok(p: LineProposal) -> bool:
     """The saved regex is one this chaos takes (a line without a number needs progress lines, and a
     chaos that reads the counter from them)."""
     try:
-        BlackboxSpec(checkpoints=["x"], progress=p.progress, saved=p.saved)
+        BlackboxSpec.model_validate({"checkpoints": ["x"], "progress": p.progress, "saved": p.saved})
     except ValueError:
         return False
     return p.saved_has_number or bool(p.progress)
@@ -241,12 +258,7 @@ def render(pl: Plan, learned: Any, *, backend: str = "local", cwd: str | None = 
         out.append("    checkpoints: " + flow(pl.checkpoints))
     else:
         out.append("    checkpoints: ['{checkpoint_dir}/*']   # no checkpoint file was seen: say where the job saves")
-    if p.progress:
-        out.append("    progress:")
-        out += [f"      - {q(r)}" for r in p.progress]
-    if p.saved is not None and _saved_ok(p):
-        note = "" if p.saved_has_number else "   # no number on the line: the latest progress line's counter"
-        out.append(f"    saved: {q(p.saved)}{note}")
+    out += _meaning_lines(p, learned.understood())
     if p.progress_ranks and "progress_ranks" in BlackboxSpec.model_fields:
         out.append(f"    progress_ranks: {p.progress_ranks}")
     out.append(f"backend: {{kind: {backend}, nproc_per_node: {pl.nproc_per_node}, max_restarts: {pl.max_restarts}}}")
@@ -258,3 +270,53 @@ def render(pl: Plan, learned: Any, *, backend: str = "local", cwd: str | None = 
     out.append(f"checks: [{', '.join(pl.checks)}]")
     out.append(f"deadline_s: {pl.deadline_s:g}")
     return "\n".join(out) + "\n"
+
+
+def _meaning_lines(p: LineProposal, m: Meaning) -> list[str]:
+    """The black-box section's lines that read the job's lines, each with what chaos saw behind it."""
+    unit = p.counter or "step"
+    fields = BlackboxSpec.model_fields
+    out = []
+    if p.progress:
+        out.append("    progress:")
+        for i, regex in enumerate(p.progress):
+            counts = m.counts[i] if i < len(m.counts) else None
+            every = m.every[i] if i < len(m.every) else None
+            note = means_words(counts, unit, m.why[i] if i < len(m.why) else "")
+            if every is not None:
+                note += f"; printed {every_words(every, unit)}"
+            out.append(f"      - {{regex: {q(regex)}, counts: {counts or 'done'}}}   # {note}")
+    k = m.progress_every
+    if k is not None and "progress_every" in fields:
+        out.append(f"    progress_every: {k}   # {unit}s between two progress lines (the widest gap seen): "
+                   f"{span(k, unit)}")
+    if p.saved is not None and _saved_ok(p):
+        if p.saved_has_number:
+            out.append(f"    saved: {q(p.saved)}")
+            if "saved_means" in fields:
+                out.append(f"    saved_means: {m.saved_means or 'done'}   # "
+                           f"{means_words(m.saved_means, unit, m.saved_why)}")
+        else:
+            kinds = "; ".join(f"`{label(t)}`: N" + (" - 1" if i < len(m.counts) and m.counts[i] == "next" else "")
+                              for i, t in enumerate(p.progress_templates))
+            out.append(f"    saved: {q(p.saved)}   # no number on the line: it holds the last {unit} done by the "
+                       f"latest progress line ({kinds})")
+        if m.saved_line == "before_write" and "saved_line" in fields:
+            out.append(f"    saved_line: before_write   # printed as the save begins: {m.saved_line_why}; a save "
+                       "counts once a checkpoint file changed after the line and loads")
+    r = m.resumed
+    if r is not None and r.needs is None and "resumed" in fields:
+        source = r.where if r.printed else f"from {r.where} (not printed in this run: it prints on a resume)"
+        # a number of unknown meaning stays commented out: read one step off, it fails a correct resume
+        off = "# " if unsure_resume(m) else ""
+        out.append(f"    {off}resumed: {q(r.regex)}   # {source}")
+        if re.compile(r.regex).groupindex and "resumed_means" in fields:
+            out.append(f"    {off}resumed_means: {r.means or 'done'}   # {means_words(r.means, unit, r.why)}")
+    blind = blind_spot(m, p.counter)
+    if blind is not None:
+        out.append(f"    # {blind}")
+        hint = "uncomment resumed and resumed_means above, with resumed_means set" if unsure_resume(m) else \
+            f"add: resumed: {q(r.regex)}" if r is not None and r.needs is not None else \
+            f"add: {resumed_hint(p.counter)}"
+        out.append(f"    # then {hint}")
+    return out

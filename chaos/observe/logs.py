@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chaos.scenario.blackbox import counter_of
+from chaos.scenario.blackbox import ProgressLine, counter_of
 
 STREAMS = ("stdout", "stderr")
 ATTEMPT_RE = re.compile(r"/attempt_(\d+)/(\d+)$")
@@ -26,15 +26,20 @@ MAX_LINE = 300  # characters of a line kept in an event
 class LineParser:
     """What one output line says, by the scenario's regexes (``blackbox.progress``, ``blackbox.saved``)."""
 
-    def __init__(self, progress: list[str], saved: str | None = None) -> None:
-        self.progress_res = [re.compile(p) for p in progress]
+    def __init__(self, progress: list[str] | list[ProgressLine], saved: str | None = None,
+                 resumed: str | None = None) -> None:
+        lines = [p if isinstance(p, ProgressLine) else ProgressLine(regex=p) for p in progress]
+        self.progress_res = [(re.compile(p.regex), p.counts) for p in lines]
         self.saved_re = re.compile(saved) if saved else None
-        self.counter = counter_of(progress[0]) if progress else (counter_of(saved) if saved else None)
+        self.resumed_re = re.compile(resumed) if resumed else None
+        self.counter = counter_of(lines[0].regex) if lines else (counter_of(saved) if saved else None)
 
     def progress(self, text: str) -> dict[str, Any] | None:
         """``{"epoch": 3, "loss": 0.08, "progress": 3}`` if a progress regex matches ``text`` (the first
-        that does); ``progress`` is the counter's value. None if none matches or the counter is no number."""
-        for regex in self.progress_res:
+        that does); ``progress`` is the counter's value, ``counts: "next"`` is added when the regex's number
+        is the next step to run, ``which`` (the regex's index) when it is not the first regex. None if none
+        matches or the counter is no number."""
+        for which, (regex, counts) in enumerate(self.progress_res):
             m = regex.search(text)
             if m is None:
                 continue
@@ -51,8 +56,26 @@ class LineParser:
             if "loss" in out and not math.isfinite(out["loss"]):
                 out["loss"] = str(out["loss"])  # nan / inf stay visible, and valid JSON
             out["progress"] = out[self.counter]
+            if counts == "next":
+                out["counts"] = "next"
+            if which:
+                out["which"] = which  # the index of the regex that matched (absent: the first)
             return out
         return None
+
+    def resumed(self, text: str) -> dict[str, Any] | None:
+        """``{}`` (a resume line without a number) or ``{"progress": N}`` if ``text`` is the job's
+        "resumed" line; None if it is not."""
+        if self.resumed_re is None:
+            return None
+        m = self.resumed_re.search(text)
+        if m is None:
+            return None
+        value = next((m.group(g) for g in ("step", "epoch") if g in m.groupdict() and m.group(g) is not None), None)
+        try:
+            return {} if value is None else {"progress": int(value)}
+        except ValueError:
+            return {}
 
     @property
     def saved_from_progress(self) -> bool:

@@ -4,7 +4,11 @@ Recorded in the journal, with ``source: "blackbox"`` (target-side facts, seen fr
 
 - ``start`` — a worker process appeared: rank, local_rank, node, restart, world_size, pid (``t`` = its create time)
 - ``log_progress`` — a line matched ``blackbox.progress``: rank, restart, pid, the counter (``step`` or
-  ``epoch``, also as ``progress``), ``loss`` if captured, the line
+  ``epoch``, also as ``progress``), ``loss`` if captured, ``counts: "next"`` when the regex's number is the
+  next step to run (absent: the step just done), ``which`` (the index of the regex that matched; absent:
+  the first), ``t_lo`` (the tick before: the line was printed in (t_lo, t]), the line
+- ``log_resumed`` — a line matched ``blackbox.resumed``: rank, restart, pid, ``progress`` if the line has a
+  number (``blackbox.resumed_means`` tells what it means)
 - ``log_checkpoint_saved`` — a line matched ``blackbox.saved``: the counter value saved (``progress``; as
   the line says it, ``blackbox.saved_means`` tells whether it is the step done or the next to run); a
   line without a number gets the latest progress line's (``from_progress: true``)
@@ -85,7 +89,7 @@ class Observer:
         self.backend = backend
         self.log = log
         self.nodes = backend.nodes
-        self.parser = LineParser(spec.progress, spec.saved)
+        self.parser = LineParser(spec.lines, spec.saved, spec.resumed)
         self.scan = WorkerScan(self._agents)
         self.tail = LogTail(run_dir / "logs" / "torchelastic")
         self.patterns = [resolve_pattern(p, run_dir, cwd) for p in spec.checkpoints]  # cwd: target.cwd
@@ -105,6 +109,7 @@ class Observer:
         self._next_orphans = time.time() + ORPHANS_EVERY_S
         self._writing: dict[str, tuple[SeenWorker, ...]] = {}  # path → the workers holding it open for writing
         self._gone: set[int] = set()  # host pids of workers that have exited
+        self._last_tick = self._tick = time.time()  # this poll's and the one before's: a line is seen within them
 
     def _agents(self) -> dict[int, int]:
         pids = {node: self.backend.agent_pid(node) for node in range(self.nodes)}
@@ -138,19 +143,29 @@ class Observer:
         out: list[Event] = [{"t": line.t, "kind": "log_line", "source": "blackbox", "stream": line.stream,
                              "text": line.text, **who}]
         text = line.text[:MAX_LINE]
+        # the line was printed after the tick before the one that read it (t_lo) and by t
+        who = {**who, "t_lo": round(min(self._tick, line.t), 6)}
         progress = self.parser.progress(line.text)
         if progress is not None:
             out.append(self._record("log_progress", t=line.t, stream=line.stream, line=text, **who, **progress))
-            self._latest[id(line.owner)] = self._latest[None] = int(progress["progress"])
-        # a saved line without a number holds the latest progress line's (this rank's, else any rank's)
+            # the last step done (a line that counts the next step to run names one more)
+            done = int(progress["progress"]) - (1 if progress.get("counts") == "next" else 0)
+            self._latest[id(line.owner)] = self._latest[None] = done
+        resumed = self.parser.resumed(line.text)
+        if resumed is not None:
+            out.append(self._record("log_resumed", t=line.t, stream=line.stream, line=text, **who, **resumed))
+        # a saved line without a number holds the latest progress line's last step done (this rank's, else
+        # any rank's), one more when saved_means says the saved number is the next step to run
         latest = self._latest.get(id(line.owner), self._latest.get(None))
+        if latest is not None and self.spec.saved_means == "next":
+            latest += 1
         saved = self.parser.saved(line.text, latest)
         if saved is not None:
             extra = {"from_progress": True} if self.parser.saved_from_progress else {}
             out.append(self._record("log_checkpoint_saved", t=line.t, progress=saved, line=text, **who, **extra))
         if line.stream == "stderr" and is_error(line.text) and self._errors[line.owner] < MAX_ERRORS:
             self._errors[line.owner] += 1
-            out.append(self._record("log_error", t=line.t, line=text, **who))
+            out.append(self._record("log_error", t=line.t, line=text, **{k: v for k, v in who.items() if k != "t_lo"}))
         return out
 
     def _orphans(self) -> None:
@@ -194,6 +209,7 @@ class Observer:
     def poll(self) -> list[Event]:
         """Everything seen since the last call, as events (``log_line`` ones not recorded)."""
         now = time.time()
+        self._tick, self._last_tick = self._last_tick, now
         out: list[Event] = [self._changed(c) for c in self._present]
         self._present = []
         if now >= self._next_scan:

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from chaos.scenario.base import short
 from chaos.scenario.placeholders import placeholder_problem
@@ -83,6 +83,10 @@ def pattern_ok(value: object) -> bool:
 Regex = Annotated[str, AfterValidator(_regex)]
 ProgressRegex = Annotated[str, AfterValidator(_progress_regex)]
 PathPattern = Annotated[str, AfterValidator(_path_pattern)]
+Counts = Literal["done", "next"]
+COUNTS_HELP = ("`done` — the step or epoch just completed (a correct job resumes at it + 1); `next` — the next one "
+               "to run (`EPOCHS_RUN = epoch + 1`, an eval line printed before the step it names: a correct job "
+               "resumes at it)")
 
 
 def counter_of(regex: str) -> str | None:
@@ -103,6 +107,21 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+class ProgressLine(_Model):
+    """One progress regex and what its number means."""
+
+    regex: ProgressRegex = Field(description="The regex (see `progress`).")
+    counts: Counts = Field(default="done", description=f"What the number it reads means: {COUNTS_HELP}.")
+
+
+def _progress_item(value: object) -> object:
+    """A plain regex is ``{regex: it}`` (counts: done), checked here so that its errors name ``progress[i]``."""
+    return {"regex": _progress_regex(value)} if isinstance(value, str) else value
+
+
+ProgressItem = Annotated[ProgressLine, BeforeValidator(_progress_item)]
+
+
 class BlackboxSpec(_Model):
     """How chaos sees a target that does not import ``chaos.probe``: where its checkpoints are, what its
     output lines say, and how to tell whether a checkpoint file loads."""
@@ -114,19 +133,34 @@ class BlackboxSpec(_Model):
         "change, right after each fault that kills a process, and at the end of the run. A match may be a "
         "directory: a torch.distributed.checkpoint one (e.g. \"{checkpoint_dir}/step-*\", each with `.metadata` "
         "and `__0_0.distcp` shards) is tested with DCP's own reader and a real `dcp.load` on CPU.")
-    progress: list[ProgressRegex] = Field(
+    progress: list[ProgressItem] = Field(
         default_factory=list, description="Regexes (Python `re.search`) over each rank's output lines that read "
         "its progress, with named groups: `step` or `epoch` (the counter, a whole number; every regex the same "
-        r"one) and optionally `loss` (a number). E.g. '\[GPU\d+\] Epoch (?P<epoch>\d+) \|'.")
+        r"one) and optionally `loss` (a number). E.g. '\[GPU\d+\] Epoch (?P<epoch>\d+) \|'. An entry may be "
+        "`{regex: ..., counts: next}` for a line whose number is the next step to run (default `done`: the step "
+        "just completed).")
+    progress_every: int | None = Field(
+        default=None, ge=1, description="Steps (or epochs) between two progress lines of a rank: a printed step N "
+        "means the rank was somewhere in N..N+progress_every-1, and a resume is seen only that precisely. "
+        "Default: learned from the run's own lines (the widest gap between two lines of one regex in one process, so "
+        "an irregular logger is never taken as more precise than it is).")
     saved: Annotated[str, AfterValidator(_saved_regex)] | None = Field(
         default=None, description="Regex of the line the job prints once a checkpoint is saved, capturing the "
         r"same counter as `progress`, e.g. 'Epoch (?P<epoch>\d+) \| Training snapshot saved'. Tells the checks "
         "which step or epoch the newest checkpoint holds. A regex without named groups (a line with no number, "
-        "e.g. 'saving checkpoint to') takes the counter of the latest progress line the same rank printed.")
-    saved_means: Literal["done", "next"] = Field(
-        default="done", description="What the saved counter means: `done` — the step or epoch just completed "
-        "(a correct job resumes at it + 1); `next` — the next one to run (`EPOCHS_RUN = epoch + 1`, "
-        "`iter_num`: a correct job resumes at it).")
+        "e.g. 'saving checkpoint to') takes the last step done by the latest progress line the same rank printed "
+        "(one more with saved_means: next).")
+    saved_means: Counts = Field(default="done", description=f"What the saved counter means: {COUNTS_HELP}.")
+    saved_line: Literal["after_write", "before_write"] = Field(
+        default="after_write", description="When the job prints its saved line: `after_write` (once the file is "
+        "written, the usual) or `before_write` (a 'saving checkpoint to ...' line printed as the write begins: the "
+        "save is then counted only once a checkpoint file changed after the line and tested loadable).")
+    resumed: Regex | None = Field(
+        default=None, description="Regex of the line the job prints when it loads a checkpoint on start, e.g. "
+        r"'resumed from step (?P<step>\d+)' or 'Resuming training from checkpoint' (no number). A matching line "
+        "is evidence of the load; with a number (the same counter as `progress`) it says exactly where the job "
+        "resumed, so a skip smaller than progress_every can be seen.")
+    resumed_means: Counts = Field(default="done", description=f"What the resumed line's number means: {COUNTS_HELP}.")
     progress_ranks: list[int] | None = Field(
         default=None, description="The ranks that print progress lines (e.g. [0] for a job that logs on the "
         "master only). Default: learned from the run — the ranks that printed progress before the first fault.")
@@ -145,10 +179,17 @@ class BlackboxSpec(_Model):
     settle_ms: float = Field(default=300.0, gt=0, description="A changed checkpoint file is tested once it has "
                              "been unchanged this long, ms (raise it for a job that pauses in the middle of a save).")
 
+    @field_validator("resumed")
+    @classmethod
+    def _resumed_counter(cls, value: str | None) -> str | None:
+        if value is not None and compile_regex(value).groupindex:
+            _counter_regex(value, COUNTER_GROUPS)
+        return value
+
     @field_validator("checkpoints", "progress", mode="before")
     @classmethod
     def _one_or_many(cls, value: object) -> object:
-        return [value] if isinstance(value, str) else value
+        return [value] if isinstance(value, (str, dict)) else value
 
     @field_validator("loadable_command")
     @classmethod
@@ -161,13 +202,17 @@ class BlackboxSpec(_Model):
     def _consistent(self) -> BlackboxSpec:
         if self.loadable_command is not None and self.loadable_function is not None:
             raise ValueError("give one of loadable_command or loadable_function, not both")
-        counters = {counter_of(r) for r in self.progress}
+        counters = {counter_of(r) for r in self.progress_regexes}
         if len(counters) > 1:
             raise ValueError("progress: every regex must capture the same counter (all `step` or all `epoch`); "
                              "name the others' group the same")
         if self.saved is not None and counters and counter_of(self.saved) is not None and \
                 counter_of(self.saved) not in counters:
             raise ValueError(f"saved captures {counter_of(self.saved)} but progress captures {counters.pop()}; "
+                             "capture the same counter in both")
+        if self.resumed is not None and counters and counter_of(self.resumed) is not None and \
+                counter_of(self.resumed) not in counters:
+            raise ValueError(f"resumed captures {counter_of(self.resumed)} but progress captures {next(iter(counters))}; "
                              "capture the same counter in both")
         if self.saved is not None and counter_of(self.saved) is None and not self.progress:
             raise ValueError(f"saved={self.saved!r} captures no number, so its counter comes from the latest progress "
@@ -178,14 +223,26 @@ class BlackboxSpec(_Model):
         return self
 
     @property
+    def lines(self) -> list[ProgressLine]:
+        """Every progress regex with what its number counts."""
+        return list(self.progress)
+
+    @property
+    def progress_regexes(self) -> list[str]:
+        return [p.regex for p in self.lines]
+
+    @property
     def counter(self) -> str | None:
         """``step`` or ``epoch``: what the progress regexes count (None without any)."""
-        return counter_of(self.progress[0]) if self.progress else (counter_of(self.saved) if self.saved else None)
+        return counter_of(self.progress_regexes[0]) if self.progress else \
+            (counter_of(self.saved) if self.saved else None)
 
     def summary(self) -> dict[str, object]:
         """What the checks need to know of this section (recorded in ``run_start``)."""
         return {"checkpoints": list(self.checkpoints), "counter": self.counter, "progress": bool(self.progress),
-                "saved": self.saved is not None, "saved_means": self.saved_means,
+                "saved": self.saved is not None, "saved_means": self.saved_means, "saved_line": self.saved_line,
+                "progress_every": self.progress_every, "resumed": self.resumed is not None,
+                "resumed_means": self.resumed_means,
                 "saved_from_progress": self.saved is not None and counter_of(self.saved) is None,
                 "progress_ranks": self.progress_ranks, "settle_s": self.settle_ms / 1000,
                 "loadable": "command" if self.loadable_command else "function" if self.loadable_function else "torch.load"}

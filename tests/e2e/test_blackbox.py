@@ -74,7 +74,7 @@ def test_non_atomic_tutorial_save_killed_mid_write_leaves_a_torn_snapshot_that_i
     assert restored.status == "failed" and "the fault left no loadable checkpoint: snapshot.pt" in restored.explanation
     completes = result.verdict("completes")
     # the restarted job crashed loading it (EOFError if the kill left it empty, a zip reader error if part-written)
-    assert completes.status == "failed" and "(restart 1) printed" in completes.explanation
+    assert completes.status == "failed" and "(after restart 1) printed" in completes.explanation
     assert result.exit_code == 1
     assert_nothing_left(result)
 

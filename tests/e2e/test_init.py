@@ -142,3 +142,43 @@ def test_a_job_that_fails_its_fault_free_run_exits_2_with_its_last_lines(tmp_pat
     assert "Traceback (most recent call last):\n  File \"" not in done.stderr[:200]  # no traceback of chaos's
     assert not (tmp_path / "s.yaml").exists()
     nothing_left(tmp_path)
+
+
+CADENCE = ["torchrun", "--nproc-per-node=2", "targets/cadence/train.py", "--steps", "40", "--save-every", "20",
+           "--ckpt-dir", "{checkpoint_dir}"]
+
+
+def test_init_learns_the_cadence_the_meaning_of_each_number_and_the_resume_line(tmp_path: Path) -> None:
+    # logs every 10 steps, no resume line: init says what cannot be seen, and how to make it seen
+    out = tmp_path / "plain.yaml"
+    done = init(tmp_path, out, CADENCE)
+    text = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 0, text
+    assert "logs every 10 steps: a printed step N means the rank was somewhere in N..N+9" in text
+    assert ("logs every 10 steps and prints no resume line without --resume-line, so a resume that skips fewer than "
+            "10 steps cannot be seen; train.py:") in text and "prints one with --resume-line: add it to the command" in text
+    box = yaml.safe_load(out.read_text())["target"]["blackbox"]
+    assert box["progress_every"] == 10 and "resumed" not in box
+    assert "# then add: resumed: 'resumed from step (?P<step>\\d+)'" in out.read_text()
+    assert chaos("validate", str(out)).returncode == 0
+    # an eval line before the step it names beside an iteration line after it, a save line printed as the write
+    # begins, and the resume line switched on: each number's meaning, before_write, and the resume line
+    out = tmp_path / "full.yaml"
+    done = init(tmp_path, out, [*CADENCE, "--eval-every", "10", "--style", "nanogpt", "--step-ms", "200",
+                                "--save-line", "before", "--save-delay-ms", "400", "--resume-line"], "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = json.loads(done.stdout)
+    by = {"eval" if "train loss" in r else "iter": c for r, c in zip(got["progress"], got["counts"], strict=True)}
+    assert by == {"eval": "next", "iter": "done"}, got
+    assert got["every"] == [10, 10] and got["progress_every"] == 10
+    assert got["saved_means"] == "done" and got["saved_values"] == [20, 40] and got["saved_line"] == "before_write"
+    assert got["resumed"] == r"resumed from step (?P<step>\d+)" and got["blind_spot"] is None
+    assert got["resumed_means"] is None  # it prints ckpt["step"] or ckpt["next_step"], by --resume: asked
+    written = out.read_text()
+    box = yaml.safe_load(written)["target"]["blackbox"]
+    assert {p["counts"] for p in box["progress"]} == {"done", "next"} and box["saved_line"] == "before_write"
+    assert box["resumed"] == got["resumed"] and box["resumed_means"] == "done"
+    assert "resumed_means: done   # is N the step just done (done) or the next to run (next)? chaos could not tell" in \
+        written
+    assert chaos("validate", str(out)).returncode == 0
+    nothing_left(tmp_path)

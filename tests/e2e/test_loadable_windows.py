@@ -27,8 +27,8 @@ def test_a_save_stalled_mid_write_and_whole_later_is_a_window_not_a_torn_checkpo
     loadable = result.verdict("checkpoint_loadable")
     assert result.verdict("completes").ok, result.verdict("completes").explanation
     assert loadable.status == "ok", loadable.explanation  # before: failed, "not loadable after a change"
-    window = re.search(r"window: for (\d+\.\d) s \(t\+[\d.]+s to t\+[\d.]+s\) snapshot\.pt was mid-write and not "
-                       r"loadable \(torch\.load fails", loadable.explanation)
+    window = re.search(r"window: for about (\d+\.\d) s \(t\+[\d.]+s to t\+[\d.]+s, as polled\) snapshot\.pt was "
+                       r"mid-write and not loadable \(torch\.load fails", loadable.explanation)
     assert window and 2.0 <= float(window.group(1)) <= 30.0, loadable.explanation
     assert "no other checkpoint was loadable: a crash then would have lost everything" in loadable.explanation
     # the stalled file was really tested mid-write, and loaded later

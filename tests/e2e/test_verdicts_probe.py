@@ -68,7 +68,7 @@ def test_several_ranks_failing_name_rank_0s_first_error_and_the_spent_restart_bu
                                 args=("--broken", "makedirs-no-exist")))
     completes = result.verdict("completes")
     assert completes.status == "failed"
-    assert "first error: rank 0 (restart 1)" in completes.explanation, completes.explanation
+    assert "first error: rank 0 (after restart 1)" in completes.explanation, completes.explanation
     assert "FileExistsError" in completes.explanation.split("first error:")[1].split(";")[0]
     assert "spent its restart budget" in completes.explanation and "max_restarts=1" in completes.explanation
     assert_nothing_left(result)

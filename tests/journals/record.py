@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.e2e.test_blackbox_cadence import Case
+from tests.e2e.test_blackbox_cadence import scenario as cadence
 from tests.e2e.test_blackbox_shapes import epoch_runs
 from tests.journals.store import EXPECTED, REPO, REPO_MARK, STORE
 
@@ -87,8 +89,10 @@ TABLE: dict[str, Recording] = {
                                        ("--broken", "non-atomic-save")),
     "sdc-nan-local": Recording("sdc-nan-local.yaml", SHORT, reference=True),
     "sdc-nan-undetected": Recording("sdc-nan-local.yaml", SHORT, ("--sdc-detectors", ""), reference=True),
+    # a true detection past within_steps: it fails the check's contract, and is not called a false alarm
     "sdc-bitflip-late-alarm": Recording("sdc-bitflip-replica.yaml", {"target": {"steps": 60}, "checks": [
-        "completes", {"no_false_alarms": {"within_steps": 0}}]}),
+        "completes", {"no_false_alarms": {"within_steps": 0}}]},
+        gists={"no_false_alarms": "not a false alarm: digest compares the replicas' parameters exactly"}),
     "sdc-unknown-param": Recording("sdc-nan-local.yaml", {**SHORT, "schedule": [
         {"fault": "gradient", "mode": "nan", "param": "2.weight", "select": {"rank": 1}, "trigger": {"at_step": 33}}],
         "checks": ["completes"]}),
@@ -129,6 +133,15 @@ TABLE: dict[str, Recording] = {
         {"fault": "kill", "select": {"rank": 0}, "trigger": {"on_log": "EPOCHS_RUN=2$", "rank": 0}}], checks=[
         "completes", "restored_from_checkpoint", {"progress_lost": {"max_steps": 0}}])),
     "blackbox-pause": Recording(epoch_runs(schedule=PAUSE_EPOCH_3, epochs=7, checks=[{"step_time": {"max_slowdown": 1000}}])),
+    # a job that logs every 10 steps (issue 31): a correct resume seen only to that resolution; one that
+    # skips a print interval; one whose 'resumed' line names the checkpoint while it resumes 10 steps later
+    "cadence-k10": Recording(cadence(Case(10, "done", False, "correct", "between_saves")), gists={
+        "restored_from_checkpoint": "a skip of fewer than 10 steps cannot be seen",
+        "progress_lost": "step(s) redone (bound 20)"}),
+    "cadence-k10-skip": Recording(cadence(Case(10, "done", False, "skip", "between_saves")),
+                                  gists={"restored_from_checkpoint": "were skipped"}),
+    "cadence-k10-line-skip": Recording(cadence(Case(10, "done", True, "skip", "at_save_line")), gists={
+        "restored_from_checkpoint": "its 'resumed' line says it resumed at step 41, but its first line after the restart"}),
     "blackbox-pause-slow": Recording(epoch_runs(schedule=PAUSE_EPOCH_3, epochs=7, checks=[{"step_time": {"max_slowdown": 2}}])),
 }
 

@@ -112,7 +112,7 @@ def test_completes_fails_naming_the_error_the_restarted_workers_printed():
     v = judge("completes", torn_run())
     assert v.status == "failed"
     assert v.explanation == ("torchrun agent failed: node 0 exited 1; last epoch rank 0: 1, rank 1: 1; ranks 0, 1 "
-                             "(restart 1) printed RuntimeError: PytorchStreamReader failed reading zip archive: failed "
+                             "(after restart 1) printed RuntimeError: PytorchStreamReader failed reading zip archive: failed "
                              "finding central directory. This is an internal miniz error.")
 
 
@@ -156,7 +156,7 @@ def test_restored_fails_naming_the_torn_snapshot_and_what_the_restart_printed():
     assert ("the fault left no loadable checkpoint: snapshot.pt (64 bytes): torch.load fails: RuntimeError: "
             "PytorchStreamReader failed reading zip archive (it held epoch 0) — it was being rewritten when the fault "
             "hit") in v.explanation
-    assert "ranks 0, 1 never printed progress again (2 worker start(s) after the fault): ranks 0, 1 (restart 1) " \
+    assert "ranks 0, 1 never printed progress again (2 worker start(s) after the fault): ranks 0, 1 (after restart 1) " \
            "printed RuntimeError: PytorchStreamReader" in v.explanation
 
 
@@ -175,14 +175,14 @@ def test_restored_ok_when_no_checkpoint_existed_yet_and_the_job_starts_from_the_
                epoch(1, 0, 201, 1, 3.0), runner("agent_exit", 4.0, node=0, exit_code=0)]
     v = judge("restored_from_checkpoint", events)
     assert v.status == "ok", v.explanation
-    assert "started from the beginning (epoch 0): no checkpoint was complete before the fault" in v.explanation
+    assert "started from the beginning (its first line: epoch 0): no checkpoint was complete before the fault" in v.explanation
 
 
 # -- progress_lost, recovery_time -----------------------------------------------------------------------------
 def test_progress_lost_counts_epochs_redone_against_the_interval():
     v = judge("progress_lost", kill_run())
     assert (v.status, v.value, v.unit) == ("ok", 1.0, "epochs")
-    assert "last epoch 2, resumed after epoch 1, 1 epoch(s) redone (bound 1)" in v.explanation
+    assert "done at the fault: epoch 2; first run after it: epoch 2, so 1 epoch(s) redone (bound 1)" in v.explanation
     v = judge("progress_lost", kill_run(first=0))
     assert (v.status, v.value) == ("failed", 3.0)
     assert judge("progress_lost", kill_run(first=0), max_steps=3).ok

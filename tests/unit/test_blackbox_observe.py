@@ -29,8 +29,8 @@ def test_progress_lines_give_the_counter_and_the_loss() -> None:
     parser = LineParser([EPOCH, LOSS], SAVED)
     assert parser.counter == "epoch"
     assert parser.progress("[GPU1] Epoch 3 | Batchsize: 32 | Steps: 8") == {"epoch": 3, "progress": 3}
-    assert parser.progress("[GPU0] Epoch 4 | Loss: 0.0831") == {"epoch": 4, "loss": 0.0831, "progress": 4}
-    assert parser.progress("[GPU0] Epoch 4 | Loss: nan") == {"epoch": 4, "loss": "nan", "progress": 4}
+    assert parser.progress("[GPU0] Epoch 4 | Loss: 0.0831") == {"epoch": 4, "loss": 0.0831, "progress": 4, "which": 1}
+    assert parser.progress("[GPU0] Epoch 4 | Loss: nan") == {"epoch": 4, "loss": "nan", "progress": 4, "which": 1}
     assert parser.progress("Epoch 3 | Training snapshot saved at snapshot.pt") is None
     assert parser.saved("Epoch 3 | Training snapshot saved at snapshot.pt") == 3
     assert parser.saved("[GPU0] Epoch 3 | Batchsize: 32") is None
@@ -50,7 +50,7 @@ def test_error_lines_and_their_gist() -> None:
     assert not is_error("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ")
     long = ("[rank1]: RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central "
             "directory. This is an internal miniz error. If you are seeing this error, there is a high likelihood")
-    assert brief(long) == "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory."
+    assert brief(long) == "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory. …"
     assert brief("x" * 300).endswith("…") and len(brief("x" * 300)) == 160
 
 

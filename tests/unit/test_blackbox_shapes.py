@@ -253,7 +253,7 @@ def test_no_hang_judges_the_ranks_that_print_and_names_their_last_step():
     assert v.status == "ok" and "rank 0" in v.explanation, v.explanation  # rank 1 printed nothing: not silent
     v = judge("no_hang", events, timeout_s=1.5, slack_s=0.5)
     assert v.status == "failed", v.explanation
-    assert "rank 0 (pid 200) was silent 2.3 s after step 19 " in v.explanation and "None" not in v.explanation
+    assert "rank 0 (pid 200) was silent 2.3 s after its last printed step 19 " in v.explanation and "None" not in v.explanation
 
 
 # -- item 17b: times that keep the order things happened in -------------------------------------------------

@@ -158,7 +158,7 @@ def test_completes_fails_when_the_agent_exits_non_zero():
     v = judge("completes", events)
     assert v.status == "failed"
     assert "node 0 exited 1" in v.explanation
-    assert "rank 1 (restart 1) failed" in v.explanation and "connectFullMesh" in v.explanation
+    assert "rank 1 (after restart 1) failed" in v.explanation and "connectFullMesh" in v.explanation
     assert "pytorch/pytorch#135712" in v.explanation  # the known-error hint
 
 
@@ -176,7 +176,7 @@ def test_completes_fails_at_the_deadline_naming_it_and_the_stuck_ranks():
     assert v.status == "failed"
     assert "45.0 s deadline" in v.explanation
     assert "stuck ranks: [0, 1]" in v.explanation
-    assert "rank 0 (restart 1), rank 1 (restart 1)" in v.explanation and "never completed a step" in v.explanation
+    assert "rank 0 (after restart 1), rank 1 (after restart 1)" in v.explanation and "never completed a step" in v.explanation
     assert "135712" not in v.explanation  # the store is not shared: not that bug
 
 
@@ -238,7 +238,7 @@ def test_completes_ok_when_a_restart_after_the_last_step_has_nothing_left_to_do(
     events = [e for e in events if e["kind"] != "agent_exit"] + [runner("agent_exit", 6.0, node=0, exit_code=0)]
     v = judge("completes", events)
     assert v.status == "ok", v.explanation
-    assert "rank 1 (restart 0) died with exit code -6 after reporting a clean exit" in v.explanation
+    assert "rank 1 (first start) died with exit code -6 after reporting a clean exit" in v.explanation
 
 
 def test_completes_fails_when_a_rank_never_exits_cleanly():
@@ -289,7 +289,7 @@ def test_restored_fails_when_a_rank_loads_an_older_checkpoint():
     events.append(step(1, 11, 201, 1, 5.9))  # rank 1 resumed, consistently, after what it loaded
     v = judge("restored_from_checkpoint", events)
     assert v.status == "failed"
-    assert "rank 1 (restart 1, pid 201) loaded step 10 from ckpt-000010.pt" in v.explanation
+    assert "rank 1 (after restart 1, pid 201) loaded step 10 from ckpt-000010.pt" in v.explanation
     assert "newest durable checkpoint was step 20 (ckpt-000020.pt)" in v.explanation
     assert "rank 0" not in v.explanation
 
@@ -341,7 +341,7 @@ def test_restored_fails_when_the_loaded_digest_differs_from_the_saved_one():
             e["digest"] = "badbadba" + "0" * 56
     v = judge("restored_from_checkpoint", events)
     assert v.status == "failed"
-    assert "rank 1 (restart 1, pid 201) loaded ckpt-000020.pt with digest badbadba" in v.explanation
+    assert "rank 1 (after restart 1, pid 201) loaded ckpt-000020.pt with digest badbadba" in v.explanation
     assert f"saved with digest {file_digest(20)[:8]}" in v.explanation and "the file changed" in v.explanation
 
 
@@ -356,7 +356,7 @@ def test_restored_fails_when_no_process_restarted():
 def test_restored_fails_when_a_rank_starts_over_although_a_checkpoint_was_durable():
     v = judge("restored_from_checkpoint", kill_run(loads={0: None, 1: None}, first=1))
     assert v.status == "failed"
-    assert "rank 0 (restart 1, pid 200) loaded no checkpoint although ckpt-000020.pt (step 20) was durable" \
+    assert "rank 0 (after restart 1, pid 200) loaded no checkpoint although ckpt-000020.pt (step 20) was durable" \
         in v.explanation
     assert "it started over at step 1" in v.explanation
 
@@ -372,7 +372,7 @@ def test_progress_lost_ok_within_the_checkpoint_interval():
     v = judge("progress_lost", kill_run())
     assert v.status == "ok", v.explanation
     assert v.value == 5 and v.unit == "steps"
-    assert "last step 25, resumed from step 20, 5 step(s) redone (bound 10)" in v.explanation
+    assert "last recorded step 25, resumed from step 20, 5 step(s) redone (bound 10)" in v.explanation
 
 
 def test_progress_lost_fails_beyond_the_checkpoint_interval():
@@ -533,7 +533,7 @@ def test_restored_compares_a_sharded_load_with_the_same_ranks_own_save():
 def test_restored_fails_when_a_rank_loads_shards_other_than_it_saved():
     v = judge("restored_from_checkpoint", _sharded(kill_run(), {0: "shard0-20", 1: "shard0-20"}))
     assert v.status == "failed", v.explanation
-    assert "rank 1 (restart 1, pid 201) loaded ckpt-000020.pt with digest" in v.explanation
+    assert "rank 1 (after restart 1, pid 201) loaded ckpt-000020.pt with digest" in v.explanation
     assert "rank 0" not in v.explanation
 
 

@@ -207,7 +207,7 @@ def stalled_save(last_ok: bool) -> list[dict]:
 def test_a_file_mid_write_and_whole_later_is_a_window_not_a_torn_file() -> None:
     v = judge(stalled_save(last_ok=True))
     assert v.status == "ok", v.explanation  # before: failed, "snapshot.pt not loadable after a change"
-    assert "window: for 20.6 s (t+10.0s to t+30.6s) snapshot.pt was mid-write and not loadable" in v.explanation
+    assert "window: for about 20.6 s (t+10.0s to t+30.6s, as polled) snapshot.pt was mid-write and not loadable" in v.explanation
     assert "no other checkpoint was loadable: a crash then would have lost everything" in v.explanation
 
 

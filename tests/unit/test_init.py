@@ -57,7 +57,7 @@ def test_tutorial_lines_give_epoch_regexes_that_the_observer_reads_back() -> Non
     assert p.saved is not None and p.saved_has_number
     # what the black-box observer makes of each line with the proposed regexes
     prog, saved = parsed(p.progress, p.saved, "[GPU1] Epoch 2 | Loss: 0.176667")
-    assert prog == {"epoch": 2, "loss": 0.176667, "progress": 2} and saved is None
+    assert prog == {"epoch": 2, "loss": 0.176667, "progress": 2, "which": 1} and saved is None
     prog, saved = parsed(p.progress, p.saved, "[GPU0] Epoch 3 | Batchsize: 32 | Steps: 8")
     assert prog == {"epoch": 3, "progress": 3} and saved is None
     prog, saved = parsed(p.progress, p.saved, "Epoch 1 | Training snapshot saved at snapshot.pt")
@@ -162,7 +162,7 @@ def test_the_written_scenario_validates_and_holds_the_learned_section(tmp_path: 
     out.write_text(render(pl, got))
     s = load_scenario(out)
     box = s.target.blackbox
-    assert box is not None and box.checkpoints == ["snapshot.pt"] and box.progress == got.proposal.progress
+    assert box is not None and box.checkpoints == ["snapshot.pt"] and box.progress_regexes == got.proposal.progress
     assert box.saved == got.proposal.saved and s.target.steps == 3 and s.target.checkpoint_every == 1
     assert s.script_path == got.script  # the command's script is relative to the written file
     # --max-restarts=1 was too few for two kills: raised in the command and the backend alike

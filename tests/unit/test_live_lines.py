@@ -20,3 +20,17 @@ def test_lines_are_printed_in_time_order_whatever_the_order_they_arrive_in() -> 
     text = out.getvalue()
     assert text.index("started (pid 7)") < text.index("exited 0"), text
     assert "1.00s" in text and "3.00s" in text
+
+
+def test_a_black_box_job_has_bars_only_for_the_ranks_that_print_progress() -> None:
+    """Issue 31: rank 1 of a job that logs on rank 0 only was shown at "0/290 steps" all run."""
+    console = Console(file=io.StringIO(), width=200, force_terminal=False, color_system=None)
+    with LiveProgress(console, steps=290, world_size=2) as live:
+        live({"t": 100.0, "kind": "run_start", "run_id": "r", "world_size": 2, "steps": 290, "schedule": [],
+              "blackbox": {"counter": "step"}})
+        for rank, restart in ((0, 0), (1, 0), (0, 1), (1, 1)):
+            live({"t": 101.0 + restart, "kind": "start", "rank": rank, "restart": restart, "pid": 10 + rank,
+                  "world_size": 2})
+        live({"t": 103.0, "kind": "log_progress", "rank": 0, "progress": 160})
+        assert sorted(live.tasks) == [0]
+        assert live.progress.tasks[0].completed == 160

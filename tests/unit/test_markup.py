@@ -137,12 +137,14 @@ def test_a_stored_status_a_counter_and_probe_fields_with_markup_are_text(tmp_pat
                "blackbox": {"counter": "ep[/]och"}},
               {"kind": "start", "t": 1.1, "rank": 0, "world_size": 2},
               {"kind": "start", "t": 1.2, "rank": 0, "world_size": "[bold]", "restart": "[/]"},
+              {"kind": "log_progress", "t": 1.25, "rank": 0, "progress": 1},  # a black-box rank's bar: its first line
               {"kind": "checkpoint_loaded", "t": 1.3, "rank": 0, "path": "/c/[x].pt", "step": "[/]"},
               {"kind": "checkpoint_skipped", "t": 1.4, "rank": 0, "path": "/c/y.pt", "step": "[/]", "reason": "[red]"}]
     with LiveProgress(console, 3, 2) as live:
         for e in events:
             live(e)
     text = out.getvalue()
-    for s in ["black-box target to ep[/]och 3", "world size 2 → [bold]", "restart [/] of their agent",
-              "restored [x].pt (step [/])", "step [/]: [red]", "ep[/]ochs"]:
+    # a restart count or a step that is no whole number is not printed as one (issue 31)
+    for s in ["black-box target to ep[/]och 3", "world size 2 → [bold]", "workers started again (restart count unknown)",
+              "restored [x].pt (step [/])", "y.pt (step unknown): [red]", "ep[/]ochs"]:
         assert s in text, (s, text)

@@ -125,7 +125,7 @@ def test_a_crashed_group_that_heals_from_a_peer_passes_all_three() -> None:
 
     v = judge("healed_from_peer", events)
     assert v.status == "ok", v.explanation
-    assert "replica group 1 came back after node-crash node 1 (rank 1 started again (pid 201, restart 0)" in v.explanation
+    assert "replica group 1 came back after node-crash node 1 (rank 1 started again (pid 201, restart count 0)" in v.explanation
     assert "healed from a peer (heal to step 42); at step 43 its digest 00430043 equals replica group 0's" in v.explanation
 
     v = judge("quorum_changes", events)
@@ -158,7 +158,7 @@ def test_a_survivor_that_restarts_is_a_global_restart() -> None:
     v = judge("groups_kept_stepping", crash_run(survivor_restart=True))
     assert v.status == "failed", v.explanation
     assert v.explanation.startswith("replica group 0 restarted during node-crash node 1: rank 0 started again "
-                                    "(pid 150, restart 1) at t+19.8 s, 3.7 s after the fault: a global restart")
+                                    "(pid 150, after restart 1) at t+19.8 s, 3.7 s after the fault: a global restart")
 
 
 def test_a_survivor_stall_longer_than_the_bound_fails() -> None:
@@ -193,7 +193,7 @@ def test_a_group_that_never_rejoins_fails_quorum_changes() -> None:
     events = crash_run(rejoin=False)
     v = judge("quorum_changes", events)
     assert v.status == "failed", v.explanation
-    assert ("replica group 1 came back at t+24.1 s (rank 1 started again (pid 201, restart 0)) but never rejoined: "
+    assert ("replica group 1 came back at t+24.1 s (rank 1 started again (pid 201, restart count 0)) but never rejoined: "
             "no step after it had all 2 groups in its quorum (the last step, 60 of replica group 0, was in quorum 2 "
             "of 1 group)") in v.explanation
     assert judge("groups_kept_stepping", events).status == "ok"  # the survivor stepped on alone

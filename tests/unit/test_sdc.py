@@ -96,5 +96,7 @@ def test_sdc_detected_needs_the_right_rank_within_k_steps() -> None:
 def test_no_false_alarms_fails_on_an_unexplained_alarm() -> None:
     assert judge("no_false_alarms", [alarm(1.0, 12, [0])]).status == "failed"
     before = judge("no_false_alarms", [alarm(0.5, 20, [1]), inject(1.0, 33), alarm(1.1, 33, [1])])
-    assert before.status == "failed" and "1 alarm(s) with no injected corruption" in before.explanation
+    assert before.status == "failed" and "1 alarm(s) from nonfinite not explained by an injected corruption at most " \
+        "10 step(s) before them: nonfinite at step 20 (recorded by rank 0) naming [1] ({}): before any injected " \
+        "corruption — not a false alarm" in before.explanation
     assert judge("no_false_alarms", [inject(1.0, 33), alarm(1.1, 35, [1])]).status == "ok"

@@ -126,13 +126,13 @@ def _three_ranks_fail(first_rank_error: str, t0: float = 5.2) -> list[dict]:
 def test_completes_names_rank_0s_first_error_not_the_peers_later_lost_connections():
     v = judge("completes", _three_ranks_fail(EXISTS), CheckContext(STEPS, 3, 10))
     assert v.status == "failed"
-    assert f"first error: rank 0 (restart 1) failed before its first step: {EXISTS}" in v.explanation
+    assert f"first error: rank 0 (after restart 1) failed before its first step: {EXISTS}" in v.explanation
     assert v.explanation.index("FileExistsError") < v.explanation.index("Connection closed by peer")
 
 
 def test_a_peers_lost_connection_recorded_first_is_still_not_the_root_cause():
     v = judge("completes", _three_ranks_fail(EXISTS, t0=5.6), CheckContext(STEPS, 3, 10))
-    assert f"first error: rank 0 (restart 1) failed before its first step: {EXISTS}" in v.explanation
+    assert f"first error: rank 0 (after restart 1) failed before its first step: {EXISTS}" in v.explanation
 
 
 # -- item 16a: a disk stall that ends the job: the peer's timeout is the cause named ----------------------------
@@ -145,7 +145,7 @@ def test_completes_names_the_timeout_of_a_worker_that_was_running_when_the_stall
               runner("agent_exit", 14.0, node=0, exit_code=1)]
     v = judge("completes", sorted_by_t(events))
     assert v.status == "failed"
-    assert "first error: rank 1 (restart 0) failed at step 25 during or after stall checkpoint write" in v.explanation
+    assert "first error: rank 1 (first start) failed at step 25 during or after stall checkpoint write" in v.explanation
     assert "Timed out waiting 10000ms" in v.explanation
 
 
@@ -320,7 +320,7 @@ def test_black_box_completes_names_the_first_error_line_not_the_peers_lost_conne
               runner("agent_exit", 6.0, node=0, exit_code=1)]
     v = bb.judge("completes", sorted_by_t(events))
     assert v.status == "failed"
-    assert f"first error: rank 0 (restart 1) printed {EXISTS}" in v.explanation, v.explanation
+    assert f"first error: rank 0 (after restart 1) printed {EXISTS}" in v.explanation, v.explanation
 
 
 def test_black_box_completes_names_the_timeout_line_of_a_worker_running_when_the_stall_began():
@@ -332,5 +332,5 @@ def test_black_box_completes_names_the_timeout_line_of_a_worker_running_when_the
     events = [*bb.before_kill(), stall, bb.error(1, 101, 0, 13.3, line), runner("agent_exit", 14.0, node=0, exit_code=1)]
     v = bb.judge("completes", sorted_by_t(events))
     assert v.status == "failed"
-    assert "rank 1 (restart 0) printed RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:81] Timed out" in \
+    assert "rank 1 (first start) printed RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:81] Timed out" in \
         v.explanation, v.explanation

@@ -8,7 +8,8 @@ backend's ``start`` has the daemons up and before the agents start (so a file th
 then asked for what it saw by a thread of its own, every 20 ms, so a slow host never holds up the
 runner's loop. Each event a host sends back is made the runner's before it is recorded:
 
-- ``t`` minus the host's clock offset (the host's own kept as ``t_host``);
+- ``t`` (and a line's ``t_lo``) minus the host's clock offset (the host's own kept as ``t_host``), with
+  ``t_err_s``: the offset's error (the corrected time is right to within it);
 - ``pid`` and ``host_pid`` through :func:`host_pid_of` (the backend's encoding) (the host's own kept
   as ``pid_on_host``), each of ``pids`` too (``pids_on_host``), so the runner's WorkerTable claims the
   workers from the ``start`` events on the host the pid names (kills by rank work);
@@ -165,6 +166,9 @@ class HostsObserver:
         if isinstance(t, (int, float)) and offset is not None:
             fields["t_host"] = t
             fields["t"] = t - offset.offset_s
+            fields["t_err_s"] = offset.error_s  # the corrected time is right to within this
+            if isinstance(fields.get("t_lo"), (int, float)):
+                fields["t_lo"] = fields["t_lo"] - offset.offset_s
         for key in PID_FIELDS:
             pid = fields.get(key)
             if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:

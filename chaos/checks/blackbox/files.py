@@ -80,8 +80,8 @@ def _window(history: History, tests: list[Event], f: Event, ok: Event, t0: float
             others.append(name(other))
     then = (f", while {', '.join(others[:2])} stayed loadable (a crash then would have resumed from it)" if others
             else ", and no other checkpoint was loadable: a crash then would have lost everything")
-    return (f"for {end - start:.1f} s (t+{start - t0:.1f}s to t+{end - t0:.1f}s) {name(path)} was mid-write and not "
-            f"loadable ({f.get('reason')}; {f.get('bytes')} bytes when tested){then}; it loaded again "
+    return (f"for about {end - start:.1f} s (t+{start - t0:.1f}s to t+{end - t0:.1f}s, as polled) {name(path)} was "
+            f"mid-write and not loadable ({f.get('reason')}; {f.get('bytes')} bytes when tested){then}; it loaded again "
             f"{_when(history, ok)}")
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.checks.base import BLACKBOX_VARIANTS, CheckContext, Verdict
+from chaos.checks.base import BLACKBOX_VARIANTS, CheckContext, Verdict, attempt_of
 from chaos.checks.restores import restores
 from chaos.history import Event, History
 from chaos.logtext import brief
@@ -103,7 +103,8 @@ def describe_progress(history: History) -> str:
 
 def errors(history: History, after: float, until: float | None = None, limit: int = 2) -> list[str]:
     """The last distinct error lines of the workers started in (after, until], each as ``ranks R
-    (restart K) printed error`` (a worker running when a fault hit is expected to fail: not these)."""
+    (after restart K) printed error`` (:func:`chaos.checks.base.attempt`; a worker running when a fault hit
+    is expected to fail: not these)."""
     started: dict[int, float] = {e["pid"]: float(e["t"]) for e in history.job_events("start") if e.get("pid") is not None}
 
     def since(e: Event) -> float:
@@ -117,8 +118,8 @@ def errors(history: History, after: float, until: float | None = None, limit: in
     out = []
     for error, events in list(by_error.items())[-limit:]:
         ranks = sorted({str(e.get("rank", "?")) for e in events})
-        restarts = sorted({str(e.get("restart", "?")) for e in events})
-        out.append(f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(ranks)} (restart {', '.join(restarts)}) "
+        attempts = sorted({attempt_of(history, e) for e in events})
+        out.append(f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(ranks)} ({'; '.join(attempts)}) "
                    f"printed {error}")
     return out
 
@@ -147,6 +148,8 @@ class Kill:
     printing: set[int] = field(default_factory=set)  # the ranks whose progress is judged (printing_ranks)
     pending: int | None = None  # saved counter of a write that completed after the last saved line (its line cut off)
     window: bool = False  # at_fault are the tests over the fault's window (no test was made as it began)
+    maybe: int | None = None  # saved counter of a save announced before its write that may not have completed
+    resumed: Event | None = None  # the first 'resumed' line a process started after the fault printed
 
     @property
     def judged(self) -> dict[int, RankAfter]:
@@ -160,6 +163,14 @@ class Kill:
         if self.pending is not None:
             saved.append(self.pending)
         return resume_at(history, max(saved)) if saved else None
+
+    def acceptable(self, history: History) -> list[int]:
+        """Every step a correct job may resume at: :meth:`expected`, and after a save announced before
+        its write that the evidence cannot show completed or not, that one's too."""
+        out = [] if (e := self.expected(history)) is None else [e]
+        if self.maybe is not None:
+            out.append(resume_at(history, self.maybe))
+        return sorted(set(out))
 
     def newest_saved(self) -> int | None:
         saved = [int(self.saved_before["progress"])] if self.saved_before is not None else []
@@ -185,6 +196,12 @@ def kills(history: History) -> list[Kill]:
         before = [v for r, v in last_progress(history, before=t).items() if r in printing]
         saved = [e for e in history.of("log_checkpoint_saved") if e["t"] < t]
         checked = history.of("checkpoint_checked")
+        maybe = None
+        if info(history).get("saved_line") == "before_write":
+            # a line printed as the write began is a save only once a file changed after it tested whole
+            while saved and not _completed(history, saved[-1], t):
+                popped = int(saved.pop()["progress"])
+                maybe = popped if maybe is None else maybe
         at_fault = [e for e in checked if e.get("when") == "fault" and e.get("fault_id") == f.get("fault_id")]
         restarted = history.processes_started_after(t, until)
         window = False
@@ -202,6 +219,10 @@ def kills(history: History) -> list[Kill]:
                  loadable_before=[e for e in checked if e["t"] < t and e.get("ok") is True], printing=printing,
                  window=window)
         k.pending = _pending(history, k, saved)
+        newest = k.newest_saved()
+        # an exact mid-write fault (after_bytes) held the announced write: it did not complete
+        held_it = f.get("mid_write") is True
+        k.maybe = maybe if maybe is not None and not held_it and (newest is None or maybe > newest) else None
         for rank, starts in sorted(restarted.items()):
             after = RankAfter(rank, starts)
             for s in starts:
@@ -210,19 +231,29 @@ def kills(history: History) -> list[Kill]:
                     after.resumer, after.first = s, first
                     break
             k.ranks[rank] = after
+            k.resumed = k.resumed or next((e for s in starts for e in history.of_pid(s["pid"], "log_resumed")), None)
         out.append(k)
     return out
 
 
+def _completed(history: History, line: Event, before: float) -> bool:
+    """A save announced by ``line`` before its write completed before ``before``: a checkpoint file
+    changed at or after the line and was then tested loadable."""
+    changed = [c for c in history.of("checkpoint_change") if line["t"] <= c["t"] < before
+               and c.get("change") in ("created", "modified")]
+    return any(e.get("ok") is True and e.get("path") == c.get("path") and c["t"] <= e["t"] < before
+               for c in changed for e in history.of("checkpoint_checked"))
+
+
 def _latest_progress(history: History, rank: int | None, before: Event) -> int | None:
-    """The counter of the last progress line (of ``rank``, or any) before ``before`` in the history's
+    """The last step done by the last progress line (of ``rank``, or any) before ``before`` in the history's
     order (lines read in the same tick as a checkpoint change come before it, in the order printed)."""
     latest = None
     for e in history.events:
         if e is before:
             return latest
         if e["kind"] == "log_progress" and (rank is None or e.get("rank") == rank):
-            latest = int(e["progress"])
+            latest = int(e["progress"]) - (1 if e.get("counts") == "next" else 0)  # the last step done
     return latest
 
 
@@ -231,6 +262,8 @@ def _pending(history: History, k: Kill, saved: list[Event]) -> int | None:
     fault (the fault landed between the write and its line), or None. Its counter is inferred from the
     progress line before the write, offset as the earlier saves were from theirs (a line without a
     number: offset 0); None when no earlier save shows the offset, or the earlier saves disagree."""
+    if info(history).get("saved_line") == "before_write":
+        return None  # a save's line comes before its write: no fault can cut off the line of a finished write
     after = k.saved_before["t"] if k.saved_before is not None else float("-inf")
     whole = {e["path"] for e in k.at_fault if e.get("ok") is True}
     writes = [e for e in history.of("checkpoint_change") if after < e["t"] < k.t and e.get("path") in whole
@@ -242,7 +275,8 @@ def _pending(history: History, k: Kill, saved: list[Event]) -> int | None:
                if (p := _latest_progress(history, s.get("rank"), s)) is not None]
     # the earlier saves must agree (a save on a thread of its own, whose line comes after later progress
     # lines, has no fixed offset: then nothing is inferred)
-    offset = 0 if info(history).get("saved_from_progress") else (offsets[-1] if len(set(offsets)) == 1 else None)
+    offset = int(saved_means(history) == "next") if info(history).get("saved_from_progress") else \
+        (offsets[-1] if len(set(offsets)) == 1 else None)
     base = _latest_progress(history, saver if saver in k.printing else None, writes[-1])
     if offset is None or base is None:
         return None
