@@ -172,13 +172,15 @@ def test_init_learns_the_cadence_the_meaning_of_each_number_and_the_resume_line(
     assert by == {"eval": "next", "iter": "done"}, got
     assert got["every"] == [10, 10] and got["progress_every"] == 10
     assert got["saved_means"] == "done" and got["saved_values"] == [20, 40] and got["saved_line"] == "before_write"
-    assert got["resumed"] == r"resumed from step (?P<step>\d+)" and got["blind_spot"] is None
+    assert got["resumed"] == r"resumed from step (?P<step>\d+)"
     assert got["resumed_means"] is None  # it prints ckpt["step"] or ckpt["next_step"], by --resume: asked
+    # a number of unknown meaning is written commented out (read a step off, a correct resume would fail)
+    assert "chaos could not tell what its resume line's step means" in got["blind_spot"]
     written = out.read_text()
     box = yaml.safe_load(written)["target"]["blackbox"]
     assert {p["counts"] for p in box["progress"]} == {"done", "next"} and box["saved_line"] == "before_write"
-    assert box["resumed"] == got["resumed"] and box["resumed_means"] == "done"
-    assert "resumed_means: done   # is N the step just done (done) or the next to run (next)? chaos could not tell" in \
-        written
+    assert "resumed" not in box and "    # resumed: 'resumed from step (?P<step>\\d+)'" in written
+    assert "# resumed_means: done   # is N the step just done (done) or the next to run (next)? chaos could not " \
+           "tell" in written
     assert chaos("validate", str(out)).returncode == 0
     nothing_left(tmp_path)

@@ -214,3 +214,15 @@ def test_an_announced_save_whose_write_the_fault_held_mid_write_is_no_place_to_r
             e["mid_write"] = True
     v = judge("restored_from_checkpoint", events)
     assert v.status == "ok" and "consistent with resuming at step 151;" in v.explanation, v.explanation
+
+
+def test_where_a_job_was_at_a_fault_is_bounded_by_every_regex_s_last_line() -> None:
+    """nanoGPT: iteration lines every 10 (done), an eval line every 20 that names the next step: after
+    `iter 40` and `step 41: train loss` the job had done 40..49, not 40..59."""
+    from chaos.checks.blackbox.resolution import done_at
+    events = [e for e in run(10, 160, died=45) if e["t"] < 2]
+    for n in (21, 41):
+        events.append(line(n, 100, 0, 1 + n / 100 + 0.0005, counts="next", which=1))
+    h = History(sorted(events, key=lambda e: e["t"]))
+    assert cadence(h) == {0: 10, 1: 20}
+    assert done_at(h, 1.5, {0}) == Span(40, 49)

@@ -118,7 +118,7 @@ def resumed_at(history: History, line: Event) -> int | None:
 
 def done_at(history: History, t: float, ranks: set[int], cad: dict[int, int | None] | None = None) -> Span | None:
     """The last step the job (its slowest printing rank) had done at time ``t``, from each rank's last
-    progress line before it (None: no line)."""
+    progress line of each regex, in the process that printed its last line before ``t`` (None: no line)."""
     cad = cadence(history) if cad is None else cad
     last: dict[int, Event] = {}
     for e in progress(history):
@@ -127,9 +127,16 @@ def done_at(history: History, t: float, ranks: set[int], cad: dict[int, int | No
     if not last:
         return None
     spans = []
-    for e in last.values():
-        c = cad.get(kind_of(e))
-        spans.append(Span(done_of(e), None if c is None else done_of(e) + c - 1))
-    lo = min(s.lo for s in spans if s.lo is not None)
-    highs = [s.hi for s in spans if s.hi is not None]
-    return Span(lo, min(highs) if highs else None)
+    for rank, final in last.items():
+        kinds: dict[int, Event] = {}
+        for e in progress(history):
+            if e["t"] < t and e.get("rank") == rank and _process(e) == _process(final):
+                kinds[kind_of(e)] = e
+        # each regex's last line bounds it: at least the step it shows done, at most one short of its next line
+        highs = [done_of(e) + c - 1 for e in kinds.values() if (c := cad.get(kind_of(e))) is not None]
+        lo = max(done_of(e) for e in kinds.values())
+        hi = min(highs) if highs else None
+        spans.append(Span(lo, hi if hi is None or hi >= lo else None))  # regexes that disagree: no upper bound
+    # the job's is its slowest rank's: at least the least of their lows, at most any one's high
+    his = [s.hi for s in spans if s.hi is not None]
+    return Span(min(s.lo for s in spans if s.lo is not None), min(his) if his else None)
