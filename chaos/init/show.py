@@ -75,8 +75,8 @@ def show(console: Console, learned: Any, pl: Plan, path: Any) -> None:
         if re.compile(r.regex).groupindex:
             console.print(f"  resumed_means: {r.means or 'done?'} — {means_words(r.means, unit, r.why)}", markup=False)
             if unsure_resume(m):
-                console.print("  written commented out: set resumed_means and uncomment both (read a step off, a "
-                              "correct resume would fail)", markup=False, style="yellow")
+                console.print("  written commented out: with the wrong meaning, a correct resume would be judged one "
+                              "step off; set resumed_means and uncomment both", markup=False, style="yellow")
     blind = blind_spot(m, p.counter)
     if blind is not None:
         console.print(f"note: {blind}", markup=False, style="yellow")

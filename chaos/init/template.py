@@ -161,7 +161,7 @@ def _mid_write(c: Candidate, learned: Any, saver: int, pl: Plan) -> tuple[str, l
     # between two scans, never add one, for a file replaced by a rename; a file rewritten in place can be
     # seen twice in one save, so its count is trusted only through the save lines)
     saves = len(learned.proposal.saved_values) or (c.writes if (c.replaced or c.kind == "dcp") else 1)
-    exact, not_exact = _exact_possible(pattern_of(c, learned.work_dir, learned.run_dir, []), c)
+    exact, not_exact = _exact_possible(pattern_of(c, learned.work_dir, learned.run_dir, []), c, learned.words)
     # numbered checkpoint files (step_000040.pt): each save makes a new name, so aim at any of them
     every = learned.candidates if many else []
     if (c.temporaries or c.replaced) and exact:
@@ -216,7 +216,22 @@ def _saved_ok(p: LineProposal) -> bool:
     return p.saved_has_number or bool(p.progress)
 
 
-def _exact_possible(target: str, c: Candidate) -> tuple[bool, str]:
+def _path_argument(words: list[str], c: Candidate) -> str:
+    """How to make the job write ``c`` under the run's checkpoint directory: its own argument whose value
+    names ``c``'s file or directory (``--ckpt-dir '{checkpoint_dir}'``), else in general words."""
+    parts = c.path.split(os.sep)
+    for flag, value in zip(words, words[1:], strict=False):
+        if not flag.startswith("-") or value.startswith("-"):
+            continue
+        name = os.path.basename(value.rstrip("/"))
+        if name and name == parts[-1]:
+            return f"e.g. {flag} '{{checkpoint_dir}}/{name}'"
+        if name and name in parts[:-1]:
+            return f"e.g. {flag} '{{checkpoint_dir}}'"
+    return "pass '{checkpoint_dir}' where the job takes its checkpoint path or directory"
+
+
+def _exact_possible(target: str, c: Candidate, words: list[str]) -> tuple[bool, str]:
     """Whether the mid-write kill can hold the write (``trigger.after_bytes``), and if not, why."""
     if "after_bytes" not in Trigger.model_fields:
         return False, "this chaos has no trigger.after_bytes"
@@ -224,7 +239,7 @@ def _exact_possible(target: str, c: Candidate) -> tuple[bool, str]:
         return False, "after_bytes holds the write of one file, and this checkpoint is a directory"
     if not target.startswith("{checkpoint_dir}/"):
         return False, ("after_bytes needs the file under the run's checkpoint directory: have the job write there "
-                       "(e.g. --snapshot-path '{checkpoint_dir}/snapshot.pt') and run chaos init again")
+                       f"({_path_argument(words, c)}) and run chaos init again")
     from chaos.disk.mount import fuse_status
 
     ok, why = fuse_status()

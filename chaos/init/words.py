@@ -32,9 +32,11 @@ def blind_spot(m: Meaning, counter: str | None) -> str | None:
         return (f"logs every {k} {unit}s and prints no resume line without {r.needs}, so a resume that skips fewer "
                 f"than {k} {unit}s cannot be seen; {r.where.split(': ', 1)[0]} prints one with {r.needs}: add it "
                 f"to the command (or log every {unit})")
-    what = "prints no resume line" if r is None else \
-        f"chaos could not tell what its resume line's {unit} means" if unsure_resume(m) else \
-        f"its resume line names no {unit}"
+    if unsure_resume(m):
+        return (f"logs every {k} {unit}s, and chaos could not tell whether its resume line's {unit} is the {unit} "
+                f"the checkpoint holds (done) or the one it resumes at (next), so it is written commented out and a "
+                f"resume that skips fewer than {k} {unit}s cannot be seen; set resumed_means and uncomment both lines")
+    what = "prints no resume line" if r is None else f"its resume line names no {unit}"
     return (f"logs every {k} {unit}s and {what}, so a resume that skips fewer than {k} {unit}s cannot be seen; add "
             f"one line where it loads its checkpoint: print(f\"resumed from {unit} {{{unit}}}\") (or log every {unit})")
 

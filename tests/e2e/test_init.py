@@ -175,7 +175,7 @@ def test_init_learns_the_cadence_the_meaning_of_each_number_and_the_resume_line(
     assert got["resumed"] == r"resumed from step (?P<step>\d+)"
     assert got["resumed_means"] is None  # it prints ckpt["step"] or ckpt["next_step"], by --resume: asked
     # a number of unknown meaning is written commented out (read a step off, a correct resume would fail)
-    assert "chaos could not tell what its resume line's step means" in got["blind_spot"]
+    assert "chaos could not tell whether its resume line's step is the step the checkpoint holds" in got["blind_spot"]
     written = out.read_text()
     box = yaml.safe_load(written)["target"]["blackbox"]
     assert {p["counts"] for p in box["progress"]} == {"done", "next"} and box["saved_line"] == "before_write"

@@ -226,3 +226,9 @@ def test_where_a_job_was_at_a_fault_is_bounded_by_every_regex_s_last_line() -> N
     h = History(sorted(events, key=lambda e: e["t"]))
     assert cadence(h) == {0: 10, 1: 20}
     assert done_at(h, 1.5, {0}) == Span(40, 49)
+
+
+def test_progress_lost_of_a_job_that_skipped_says_it_began_past_where_it_was() -> None:
+    v = judge("progress_lost", run(10, 220))
+    assert v.status == "ok" and "so 0 step(s) redone (it began past the last step it had done: a skip, which " \
+                                "restored_from_checkpoint judges)" in v.explanation, v.explanation

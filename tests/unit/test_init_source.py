@@ -218,8 +218,8 @@ def test_a_resume_line_whose_number_chaos_cannot_read_is_written_commented_out(t
     text, box = section(tmp_path, learned(tmp_path, lines, m, []))
     assert box["resumed"] is None
     assert "    # resumed: 'resumed from step (?P<step>\\d+)'" in text and "    # resumed_means: done" in text
-    assert "chaos could not tell what its resume line's step means, so a resume that skips fewer than 10 steps " \
-           "cannot be seen" in text
+    assert "chaos could not tell whether its resume line's step is the step the checkpoint holds (done) or the one " \
+           "it resumes at (next), so it is written commented out" in text
     assert "# then uncomment resumed and resumed_means above, with resumed_means set" in text
 
 
@@ -252,3 +252,15 @@ def test_a_save_line_printed_before_the_write_is_killed_on_the_first_save_not_wi
         pl = plan(learned(tmp_path, lines, m, files), tmp_path / "s.yaml")
         trigger = pl.faults[-1][1][2]
         assert f"count: {count}}}" in trigger and "on_log: 'saving checkpoint at step" in trigger, trigger
+
+
+def test_the_fix_for_an_inexact_mid_write_kill_names_the_jobs_own_path_argument() -> None:
+    from chaos.init.template import _path_argument
+    numbered = Candidate("/w/ckpts/step_000040.pt", "file", 3000, 1)
+    assert _path_argument(["torchrun", "train.py", "--steps", "80", "--ckpt-dir", "ckpts"], numbered) == \
+        "e.g. --ckpt-dir '{checkpoint_dir}'"
+    snapshot = Candidate("/w/snapshot.pt", "file", 3000, 3)
+    assert _path_argument(["torchrun", "t.py", "--snapshot-path", "snapshot.pt"], snapshot) == \
+        "e.g. --snapshot-path '{checkpoint_dir}/snapshot.pt'"
+    assert _path_argument(["torchrun", "t.py", "--epochs", "4"], snapshot) == \
+        "pass '{checkpoint_dir}' where the job takes its checkpoint path or directory"

@@ -136,7 +136,10 @@ def done_at(history: History, t: float, ranks: set[int], cad: dict[int, int | No
         highs = [done_of(e) + c - 1 for e in kinds.values() if (c := cad.get(kind_of(e))) is not None]
         lo = max(done_of(e) for e in kinds.values())
         hi = min(highs) if highs else None
-        spans.append(Span(lo, hi if hi is None or hi >= lo else None))  # regexes that disagree: no upper bound
+        if hi is not None and hi < lo:  # the regexes' meanings disagree (one declared wrongly): claim only the hull
+            lo = min(done_of(e) for e in kinds.values())
+            hi = max(highs) if len(highs) == len(kinds) else None
+        spans.append(Span(lo, hi))
     # the job's is its slowest rank's: at least the least of their lows, at most any one's high
     his = [s.hi for s in spans if s.hi is not None]
     return Span(min(s.lo for s in spans if s.lo is not None), min(his) if his else None)

@@ -202,7 +202,9 @@ def _redone(history: History, k: Kill) -> Measured | Stop:
         return Measured(float("inf"), f"{k.label()}: {when}, so at least {lo} {word}(s) redone (how often the job "
                         "logs is unknown, so no more can be said)", lo=float(lo))
     count = f"{lo}" if lo == hi else f"{lo}–{hi}"
-    return Measured(float(hi), f"{k.label()}: {when}, so {count} {word}(s) redone", lo=float(lo))
+    past = f" (it began past the last {word} it had done: a skip, which restored_from_checkpoint judges)" \
+        if done.hi is not None and began_lo is not None and began_lo > done.hi + 1 else ""
+    return Measured(float(hi), f"{k.label()}: {when}, so {count} {word}(s) redone{past}", lo=float(lo))
 
 
 @variant("recovery_time")
