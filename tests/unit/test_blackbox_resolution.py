@@ -232,3 +232,17 @@ def test_progress_lost_of_a_job_that_skipped_says_it_began_past_where_it_was() -
     v = judge("progress_lost", run(10, 220))
     assert v.status == "ok" and "so 0 step(s) redone (it began past the last step it had done: a skip, which " \
                                 "restored_from_checkpoint judges)" in v.explanation, v.explanation
+
+
+def test_regexes_whose_declared_meanings_disagree_bound_the_job_only_by_their_hull() -> None:
+    """The DDP tutorial's `Epoch N | Batchsize` line (declared done) names the epoch about to run, its
+    `Epoch N | Loss` line the one just done: after `Batchsize 2` and `Loss 1` the job did 1..2, not nothing."""
+    from chaos.checks.blackbox.resolution import done_at
+    events = []
+    for n in range(3):
+        events.append(line(n, 100, 0, 1 + n, which=0))
+        if n < 2:
+            events.append(line(n, 100, 0, 1.5 + n, which=1))
+    h = History(events)
+    assert cadence(h) == {0: 1, 1: 1}
+    assert done_at(h, 3.5, {0}) == Span(1, 2)
