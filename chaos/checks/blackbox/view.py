@@ -140,7 +140,6 @@ class Kill:
 
     fault: Event
     until: float | None
-    last_before: int | None  # the job's progress at the fault: the least of each rank's last counter value
     saved_before: Event | None  # the last log_checkpoint_saved before the fault
     at_fault: list[Event]  # checkpoint_checked right after the fault (a lasting fault: the latest before the restart)
     loadable_before: list[Event]  # checkpoint_checked ok before the fault
@@ -192,8 +191,6 @@ def kills(history: History) -> list[Kill]:
     for i, f in enumerate(faults):
         t = fault_t(f)
         until = fault_t(faults[i + 1]) if i + 1 < len(faults) else None
-        # ranks of a data-parallel job step together: one that printed the next epoch's first line waits for the others
-        before = [v for r, v in last_progress(history, before=t).items() if r in printing]
         saved = [e for e in history.of("log_checkpoint_saved") if e["t"] < t]
         checked = history.of("checkpoint_checked")
         maybe = None
@@ -214,8 +211,7 @@ def kills(history: History) -> list[Kill]:
                 if e["t"] <= end and e.get("ok") is not None:
                     latest[e["path"]] = e
             at_fault, window = list(latest.values()), True
-        k = Kill(fault=f, until=until, last_before=min(before) if before else None,
-                 saved_before=saved[-1] if saved else None, at_fault=at_fault,
+        k = Kill(fault=f, until=until, saved_before=saved[-1] if saved else None, at_fault=at_fault,
                  loadable_before=[e for e in checked if e["t"] < t and e.get("ok") is True], printing=printing,
                  window=window)
         k.pending = _pending(history, k, saved)
