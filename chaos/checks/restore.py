@@ -26,6 +26,19 @@ def _intact(r: Restore, loaded: dict) -> bool:
         loaded, r.saved_digests.get(loaded["path"]))
 
 
+def _completed_unrecorded(history: History, r: Restore, loaded: dict) -> bool:
+    """``loaded`` came from a save that began before the fault and whose ``checkpoint_saved`` the fault cut
+    off (an async save finishing as the kill landed), and what it loaded proves the save complete: the
+    parameters equal those the same rank reported (``step`` event digest) at the saved step before the fault."""
+    torn = r.torn.get(loaded["path"])
+    if torn is None or torn.get("step") != loaded.get("step") or loaded.get("digest") is None:
+        return False
+    t = float(r.fault.get("t_inject") or r.fault["t"])
+    stepped = [e.get("digest") for e in history.job_events("step") if e.get("rank") == loaded.get("rank")
+               and e.get("step") == loaded["step"] and e["t"] < t]
+    return bool(stepped) and stepped[-1] == loaded["digest"]
+
+
 def _saved_digest(r: Restore, expected: dict, loaded: dict) -> str | None:
     """The digest ``loaded["path"]`` was last saved with before the rank restarted (a path rewritten
     every save, e.g. ``snapshot.pt``, holds its newest save; a sharded save, the loading rank's own)."""
@@ -69,12 +82,16 @@ def _rank_problems(history: History, r: Restore) -> tuple[list[str], list[dict]]
             continue
         loaded = rec.loaded
         path = loaded["path"]
+        # a complete save whose checkpoint_saved the fault cut off: newer than the newest recorded, and right
+        cut = _completed_unrecorded(history, r, loaded)
         if path in r.damaged:
             problems.append(
                 f"{who} loaded {_ckpt(path)}, which was damaged after its save ({r.damaged[path].get('description')}): "
                 "the job does not verify what it loads"
             )
             examples.append(loaded)
+        elif cut:
+            pass
         elif path in r.torn and not _intact(r, loaded):
             problems.append(
                 f"{who} loaded {path}, a torn checkpoint: its save at step {r.torn[path].get('step')} began "
@@ -138,7 +155,12 @@ def _judge_restore(history: History, r: Restore) -> Judged:
                       else "each rank's shard digest = its own save's")
             parts.append(f"ranks {ranks} loaded {_ckpt(path)} (step {loaded['step']}, {digest}) and resumed at "
                          f"step {loaded['step'] + 1}")
-            if path in r.torn:
+            if all(_completed_unrecorded(history, r, e) for e in loads):
+                parts[-1] = (f"ranks {ranks} loaded {_ckpt(path)} (step {loaded['step']}) and resumed at step "
+                             f"{loaded['step'] + 1}: its save began before the fault, which cut off its "
+                             "checkpoint_saved, and every rank loaded the parameters it reported at that step "
+                             "(step digests), so the save had completed")
+            elif path in r.torn:
                 parts[-1] += (f" (the save of step {r.torn[path].get('step')} to the same path began but did not "
                               f"complete before the fault; the file still held the step-{loaded['step']} save)")
     return Judged(oks=[f"after {r.label()} " + "; ".join(parts) + note])

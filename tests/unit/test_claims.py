@@ -227,3 +227,21 @@ def test_a_stored_late_digest_detection_is_not_called_a_false_alarm(tmp_path: Pa
     assert ("digest at step 50 (recorded by ranks 0, 1, 2) naming [2]" in v.explanation
             and "7 step(s) after f0 (bitflip bit 23 in replica 3.weight[14352] on rank 2 at step 43), whose rank it "
                 "names, later than within_steps=0 allows — not a false alarm" in v.explanation), v.explanation
+
+
+def test_a_save_whose_checkpoint_saved_the_kill_cut_off_is_proved_complete_by_what_was_loaded() -> None:
+    """An async save finishing as the kill landed: no checkpoint_saved, yet every rank loaded exactly the
+    parameters it reported at that step — the save had completed (seen as a false 'torn checkpoint' in a
+    CI run under load). A load of other parameters from it is still a torn checkpoint."""
+    from tests.unit.test_checks import _killed_during_save, finish, params, train
+    events = _killed_during_save()
+    for rank, pid in enumerate(NEW):
+        events += [probe("checkpoint_load_begin", rank, pid, 1, 5.5, path=ckpt(20)),
+                   loaded(rank, 20, pid, 1, 5.6, digest=params(20))]
+    events += [*train(NEW, 1, 6.0, 21, 60), *finish(NEW, 1, 7.0)]
+    v = judge("restored_from_checkpoint", events)
+    assert v.status == "ok", v.explanation
+    assert "its save began before the fault, which cut off its checkpoint_saved, and every rank loaded the " \
+           "parameters it reported at that step (step digests), so the save had completed" in v.explanation
+    other = [e if e["kind"] != "checkpoint_loaded" else {**e, "digest": "f" * 64} for e in events]
+    assert judge("restored_from_checkpoint", other).status == "failed"
