@@ -290,7 +290,6 @@ def render(pl: Plan, learned: Any, *, backend: str = "local", cwd: str | None = 
 def _meaning_lines(p: LineProposal, m: Meaning) -> list[str]:
     """The black-box section's lines that read the job's lines, each with what chaos saw behind it."""
     unit = p.counter or "step"
-    fields = BlackboxSpec.model_fields
     out = []
     if p.progress:
         out.append("    progress:")
@@ -302,30 +301,29 @@ def _meaning_lines(p: LineProposal, m: Meaning) -> list[str]:
                 note += f"; printed {every_words(every, unit)}"
             out.append(f"      - {{regex: {q(regex)}, counts: {counts or 'done'}}}   # {note}")
     k = m.progress_every
-    if k is not None and "progress_every" in fields:
+    if k is not None:
         out.append(f"    progress_every: {k}   # {unit}s between two progress lines (the widest gap seen): "
                    f"{span(k, unit)}")
     if p.saved is not None and _saved_ok(p):
         if p.saved_has_number:
             out.append(f"    saved: {q(p.saved)}")
-            if "saved_means" in fields:
-                out.append(f"    saved_means: {m.saved_means or 'done'}   # "
-                           f"{means_words(m.saved_means, unit, m.saved_why)}")
+            out.append(f"    saved_means: {m.saved_means or 'done'}   # "
+                       f"{means_words(m.saved_means, unit, m.saved_why)}")
         else:
             kinds = "; ".join(f"`{label(t)}`: N" + (" - 1" if i < len(m.counts) and m.counts[i] == "next" else "")
                               for i, t in enumerate(p.progress_templates))
             out.append(f"    saved: {q(p.saved)}   # no number on the line: it holds the last {unit} done by the "
                        f"latest progress line ({kinds})")
-        if m.saved_line == "before_write" and "saved_line" in fields:
+        if m.saved_line == "before_write":
             out.append(f"    saved_line: before_write   # printed as the save begins: {m.saved_line_why}; a save "
                        "counts once a checkpoint file changed after the line and loads")
     r = m.resumed
-    if r is not None and r.needs is None and "resumed" in fields:
+    if r is not None and r.needs is None:
         source = r.where if r.printed else f"from {r.where} (not printed in this run: it prints on a resume)"
         # a number of unknown meaning stays commented out: read one step off, it fails a correct resume
         off = "# " if unsure_resume(m) else ""
         out.append(f"    {off}resumed: {q(r.regex)}   # {source}")
-        if re.compile(r.regex).groupindex and "resumed_means" in fields:
+        if re.compile(r.regex).groupindex:
             out.append(f"    {off}resumed_means: {r.means or 'done'}   # {means_words(r.means, unit, r.why)}")
     blind = blind_spot(m, p.counter)
     if blind is not None:

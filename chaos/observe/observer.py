@@ -49,7 +49,7 @@ from chaos.observe.logs import MAX_LINE, Line, LineParser, LogTail
 from chaos.observe.procs import SeenWorker, WorkerScan
 from chaos.observe.triggers import watched_patterns
 from chaos.scenario import Trigger
-from chaos.scenario.blackbox import BlackboxSpec, resolve_pattern
+from chaos.scenario.blackbox import BlackboxSpec, done_step, resolve_pattern
 
 SCAN_EVERY_S = 0.1  # how often the agents' children are listed
 ORPHANS_EVERY_S = 1.0  # how often the log directory is searched for workers that died unseen
@@ -144,16 +144,16 @@ class Observer:
                              "text": line.text, **who}]
         text = line.text[:MAX_LINE]
         # the line was printed after the tick before the one that read it (t_lo) and by t
-        who = {**who, "t_lo": round(min(self._tick, line.t), 6)}
+        stamped = {**who, "t_lo": round(min(self._tick, line.t), 6)}
         progress = self.parser.progress(line.text)
         if progress is not None:
-            out.append(self._record("log_progress", t=line.t, stream=line.stream, line=text, **who, **progress))
-            # the last step done (a line that counts the next step to run names one more)
-            done = int(progress["progress"]) - (1 if progress.get("counts") == "next" else 0)
+            out.append(self._record("log_progress", t=line.t, stream=line.stream, line=text, **stamped,
+                                    **progress))
+            done = done_step(int(progress["progress"]), progress.get("counts"))
             self._latest[id(line.owner)] = self._latest[None] = done
         resumed = self.parser.resumed(line.text)
         if resumed is not None:
-            out.append(self._record("log_resumed", t=line.t, stream=line.stream, line=text, **who, **resumed))
+            out.append(self._record("log_resumed", t=line.t, stream=line.stream, line=text, **stamped, **resumed))
         # a saved line without a number holds the latest progress line's last step done (this rank's, else
         # any rank's), one more when saved_means says the saved number is the next step to run
         latest = self._latest.get(id(line.owner), self._latest.get(None))
@@ -162,10 +162,11 @@ class Observer:
         saved = self.parser.saved(line.text, latest)
         if saved is not None:
             extra = {"from_progress": True} if self.parser.saved_from_progress else {}
-            out.append(self._record("log_checkpoint_saved", t=line.t, progress=saved, line=text, **who, **extra))
+            out.append(self._record("log_checkpoint_saved", t=line.t, progress=saved, line=text, **stamped,
+                                    **extra))
         if line.stream == "stderr" and is_error(line.text) and self._errors[line.owner] < MAX_ERRORS:
             self._errors[line.owner] += 1
-            out.append(self._record("log_error", t=line.t, line=text, **{k: v for k, v in who.items() if k != "t_lo"}))
+            out.append(self._record("log_error", t=line.t, line=text, **who))
         return out
 
     def _orphans(self) -> None:

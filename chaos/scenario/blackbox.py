@@ -89,6 +89,12 @@ COUNTS_HELP = ("`done` — the step or epoch just completed (a correct job resum
                "resumes at it)")
 
 
+def done_step(value: int, counts: str | None) -> int:
+    """The last step (or epoch) done when a line whose number is ``value`` was printed: ``value``, or
+    one less when the number counts the next one to run (``counts: next``)."""
+    return value - 1 if counts == "next" else value
+
+
 def counter_of(regex: str) -> str | None:
     """The counter a progress or saved regex captures: ``step`` if it has that group, else ``epoch``."""
     groups = compile_regex(regex).groupindex

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from chaos.checks.blackbox.view import info, progress
 from chaos.history import Event, History
+from chaos.scenario.blackbox import done_step
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def kind_of(e: Event) -> int:
 
 def done_of(e: Event) -> int:
     """The last step done when ``e``'s line was printed (its number, less one when it counts the next)."""
-    return int(e["progress"]) - (1 if e.get("counts") == "next" else 0)
+    return done_step(int(e["progress"]), e.get("counts"))
 
 
 def _process(e: Event) -> object:
@@ -63,7 +64,11 @@ def cadence(history: History) -> dict[int, int | None]:
     """Progress regex index → steps between two of its lines (None: unknown). The widest gap seen in one
     process, so that an irregular logger is never taken as more precise than it is;
     ``blackbox.progress_every`` when that is wider, or when no process printed two lines of the job's
-    only regex."""
+    only regex. Computed once per history (shared: not to be changed)."""
+    return history.memo("blackbox.cadence", lambda: _cadence(history))
+
+
+def _cadence(history: History) -> dict[int, int | None]:
     stated = info(history).get("progress_every")
     widest: dict[int, int] = {}
     last: dict[tuple[object, int], int] = {}
@@ -80,16 +85,10 @@ def cadence(history: History) -> dict[int, int | None]:
     return {kind: (max(gap, int(stated or 0)) if gap or alone else 0) or None for kind, gap in widest.items()}
 
 
-def every(history: History) -> int | None:
-    """The finest print cadence over the progress regexes (None: unknown)."""
-    known = [c for c in cadence(history).values() if c is not None]
-    return min(known) if known else None
-
-
-def began(history: History, firsts: list[Event], cad: dict[int, int | None] | None = None) -> Span:
+def began(history: History, firsts: list[Event]) -> Span:
     """Where a process began (the first step it ran), from the first line of each progress regex it
     printed (``firsts``)."""
-    cad = cadence(history) if cad is None else cad
+    cad = cadence(history)
     his = [int(e["progress"]) for e in firsts]
     los = [int(e["progress"]) - c + 1 for e in firsts if (c := cad.get(kind_of(e))) is not None]
     hi = min(his) if his else None
@@ -116,28 +115,27 @@ def resumed_at(history: History, line: Event) -> int | None:
     return value if info(history).get("resumed_means") == "next" else value + 1
 
 
-def done_at(history: History, t: float, ranks: set[int], cad: dict[int, int | None] | None = None) -> Span | None:
+def done_at(history: History, t: float, ranks: set[int]) -> Span | None:
     """The last step the job (its slowest printing rank) had done at time ``t``, from each rank's last
     progress line of each regex, in the process that printed its last line before ``t`` (None: no line)."""
-    cad = cadence(history) if cad is None else cad
-    last: dict[int, Event] = {}
+    cad = cadence(history)
+    last: dict[int, Event] = {}  # rank → its last line before t
+    latest: dict[tuple[int, object, int], Event] = {}  # (rank, process, regex) → that regex's last line there
     for e in progress(history):
         if e.get("rank") in ranks and e["t"] < t:
             last[int(e["rank"])] = e
+            latest[(int(e["rank"]), _process(e), kind_of(e))] = e
     if not last:
         return None
     spans = []
     for rank, final in last.items():
-        kinds: dict[int, Event] = {}
-        for e in progress(history):
-            if e["t"] < t and e.get("rank") == rank and _process(e) == _process(final):
-                kinds[kind_of(e)] = e
+        kinds = [e for (r, process, _), e in latest.items() if r == rank and process == _process(final)]
         # each regex's last line bounds it: at least the step it shows done, at most one short of its next line
-        highs = [done_of(e) + c - 1 for e in kinds.values() if (c := cad.get(kind_of(e))) is not None]
-        lo = max(done_of(e) for e in kinds.values())
+        highs = [done_of(e) + c - 1 for e in kinds if (c := cad.get(kind_of(e))) is not None]
+        lo = max(done_of(e) for e in kinds)
         hi = min(highs) if highs else None
         if hi is not None and hi < lo:  # the regexes' meanings disagree (one declared wrongly): claim only the hull
-            lo = min(done_of(e) for e in kinds.values())
+            lo = min(done_of(e) for e in kinds)
             hi = max(highs) if len(highs) == len(kinds) else None
         spans.append(Span(lo, hi))
     # the job's is its slowest rank's: at least the least of their lows, at most any one's high

@@ -46,7 +46,6 @@ def _judge(history: History, k: Kill) -> tuple[list[str], list[str]]:
                         f"progress again ({starts} worker start(s) after the fault)" + (f": {why[0]}" if why else ""))
     cut = (f" (its write completed before the fault, which cut off its '{word} {k.pending}' saved line)"
            if k.pending is not None else "")
-    cad = cadence(history)
     exact = resumed_at(history, k.resumed) if k.resumed is not None else None
     for rank, r in sorted(judged.items()):
         who = f"rank {rank}"
@@ -54,7 +53,7 @@ def _judge(history: History, k: Kill) -> tuple[list[str], list[str]]:
             continue
         died = r.starts.index(r.resumer)
         false = f" (after {died} worker start(s) that died first)" if died else ""
-        span, how = _began(history, exact, r, cad)
+        span, how = _began(history, exact, r)
         if loadable:
             oks_, probs = _against(history, k, span, how, who, saved, cut, false, start, at, loadable)
             oks += oks_
@@ -69,17 +68,17 @@ def _judge(history: History, k: Kill) -> tuple[list[str], list[str]]:
     return problems, oks
 
 
-def _began(history: History, exact: int | None, r: RankAfter, cad: dict[int, int | None]) -> tuple[Span, str]:
+def _began(history: History, exact: int | None, r: RankAfter) -> tuple[Span, str]:
     """Where rank ``r``'s restarted process began (the first step it ran), and how that was seen: its
     'resumed' line's step (``exact``) when its progress lines agree, else what the progress lines show
     (a job that says it resumed at one step and prints steps only a later start could, skipped)."""
     assert r.resumer is not None and r.first is not None
-    seen = began(history, firsts_of(history, r.resumer["pid"], r.rank), cad)
+    seen = began(history, firsts_of(history, r.resumer["pid"], r.rank))
     word = unit(history)
     if exact is not None and (seen.lo is None or seen.lo <= exact) and (seen.hi is None or exact <= seen.hi):
         return Span(exact, exact), " (its 'resumed' line)"
     how = f"its first line after the restart was {word} {r.first['progress']}"
-    every = cad.get(int(r.first.get("which") or 0))
+    every = cadence(history).get(int(r.first.get("which") or 0))
     how += f"; it logs every {every} {word}s" if every and every > 1 else "; it logs every " + word if every else \
         "; no process printed two progress lines, so how often it logs is unknown"
     if exact is not None:
@@ -186,8 +185,7 @@ def _redone(history: History, k: Kill) -> Measured | Stop:
             if done is None else "a restarted rank never printed progress"
         return Stop("unknown", f"after {k.label()} {what}, so nothing can be said to be redone")
     exact = resumed_at(history, k.resumed) if k.resumed is not None else None
-    cad = cadence(history)
-    spans = [_began(history, exact, r, cad)[0] for r in k.judged.values() if r.resumer is not None]
+    spans = [_began(history, exact, r)[0] for r in k.judged.values() if r.resumer is not None]
     his = [s.hi for s in spans if s.hi is not None]
     los = [s.lo for s in spans if s.lo is not None]
     if done.lo is None or not his:

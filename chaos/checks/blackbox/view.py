@@ -12,6 +12,7 @@ from chaos.checks.restores import restores
 from chaos.history import Event, History
 from chaos.logtext import brief
 from chaos.paths import base_name
+from chaos.scenario.blackbox import done_step
 
 CheckFn = Callable[[History, CheckContext], Verdict]
 name = base_name  # a checkpoint file's name in a verdict
@@ -193,12 +194,12 @@ def kills(history: History) -> list[Kill]:
         until = fault_t(faults[i + 1]) if i + 1 < len(faults) else None
         saved = [e for e in history.of("log_checkpoint_saved") if e["t"] < t]
         checked = history.of("checkpoint_checked")
-        maybe = None
+        unconfirmed: list[int] = []  # newest first
         if info(history).get("saved_line") == "before_write":
             # a line printed as the write began is a save only once a file changed after it tested whole
             while saved and not _completed(history, saved[-1], t):
-                popped = int(saved.pop()["progress"])
-                maybe = popped if maybe is None else maybe
+                unconfirmed.append(int(saved.pop()["progress"]))
+        maybe = unconfirmed[0] if unconfirmed else None
         at_fault = [e for e in checked if e.get("when") == "fault" and e.get("fault_id") == f.get("fault_id")]
         restarted = history.processes_started_after(t, until)
         window = False
@@ -249,7 +250,7 @@ def _latest_progress(history: History, rank: int | None, before: Event) -> int |
         if e is before:
             return latest
         if e["kind"] == "log_progress" and (rank is None or e.get("rank") == rank):
-            latest = int(e["progress"]) - (1 if e.get("counts") == "next" else 0)  # the last step done
+            latest = done_step(int(e["progress"]), e.get("counts"))
     return latest
 
 
