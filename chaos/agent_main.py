@@ -6,6 +6,9 @@ returns (or calls ``sys.exit``), the agent flushes its streams and logging handl
 paid by every run and every restart of an elastic node (measured in ``benchmarks/EXPLORE.md``). An
 exception (a worker group that failed, a signal) takes the normal path, so the traceback, torch's
 error file and the exit code are the same as torchrun's.
+
+With ``CHAOS_LAUNCHER=warm`` in its environment (``target.launcher: warm``), the agent starts its
+workers through :mod:`chaos.warm.worker`: forked from a copy of itself that has torch imported already.
 """
 
 from __future__ import annotations
@@ -27,6 +30,13 @@ def _exit_code(code: object) -> int:
 def main() -> None:
     from torch.distributed.run import main as torchrun_main
 
+    if os.environ.get("CHAOS_LAUNCHER") == "warm":
+        from chaos.warm import worker
+
+        request = worker.start()
+        if request is not None:  # this process is now a worker the zygote forked
+            worker.run_worker(request)
+            return
     sys.argv[0] = "torchrun"  # usage and error messages name torchrun, as users know it
     try:
         torchrun_main()

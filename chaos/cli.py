@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--runs-dir", type=runs_dir, default=None, help="where the explore directory goes")
     exp.add_argument("--no-database", action="store_true", help="do not read or write Hypothesis's example database")
     exp.add_argument("--no-reference", action="store_true", help="skip the fault-free reference run")
+    exp.add_argument("--launcher", choices=("warm", "cold"), default=None,
+                     help="how the runs start workers: warm (forked with torch imported; the default unless the "
+                     "scenario sets target.launcher) or cold (a new interpreter each, as torchrun does)")
     exp.add_argument("--json", action="store_true", help="print the result as JSON on stdout (no progress)")
 
     sch = sub.add_parser("schema", help="print the JSON Schema of scenario files (or, with --markdown, a table of every field)",
@@ -237,7 +240,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
     examples = args.examples if args.examples is not None or args.minutes is not None else 30
     explorer = Explorer(scenario, families=kinds, max_faults=args.max_faults, max_examples=examples,
                         max_minutes=args.minutes, shrink_runs=args.shrink_runs, seed=args.seed, checks=args.checks,
-                        runs_dir=args.runs_dir, database=not args.no_database, reference=not args.no_reference)
+                        runs_dir=args.runs_dir, database=not args.no_database, reference=not args.no_reference,
+                        launcher=args.launcher)
     explorer.command = shlex.join(["chaos", *args.argv])  # for the written scenario's "Found by" line
     try:
         if args.json:

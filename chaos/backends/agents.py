@@ -33,6 +33,8 @@ from chaos.logtext import error_lines
 from chaos.manifest import Manifest
 from chaos.reserve import Reservation
 from chaos.scenario import NodesSpec
+from chaos.warm.agents import server_for
+from chaos.warm.forks import WarmProcess
 
 TERM_GRACE_S = 3.0
 
@@ -53,7 +55,7 @@ class HostAgents(LocalProcesses):
         self.run_dir = run_dir
         self.log = log
         self.nodes = spec.nodes
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.procs: dict[int, subprocess.Popen[bytes] | WarmProcess] = {}
         self._reported: set[int] = set()  # nodes whose current agent's exit was reported
         self._frozen: set[int] = set()
         self._frozen_procs: dict[int, dict[int, float | None]] = {}  # node → pid → start of what was stopped
@@ -125,7 +127,7 @@ class HostAgents(LocalProcesses):
         self.groups.make_cgroups()
         self.groups.start_lighthouse(self._lighthouse_port.value, launch.python, launch.env)
 
-    def _start_agent(self, node: int) -> subprocess.Popen[bytes]:
+    def _start_agent(self, node: int) -> subprocess.Popen[bytes] | WarmProcess:
         assert self.launch is not None
         launch = self.launch
         env = {**os.environ, **agent_env(self.spec, launch, node, self.iface(node))}
@@ -140,19 +142,26 @@ class HostAgents(LocalProcesses):
         else:
             args = torchrun_args(self.spec, node, self.run_id, log_dir, self.endpoint_host(), self.port,
                                  self.local_addr(node))
-        cmd = self.wrap(node, [launch.python or sys.executable, "-m", "chaos.agent_main", *args,
-                               *launch.torchrun_args, launch.script, *launch.args])
+        base = [launch.python or sys.executable, "-m", "chaos.agent_main", *args, *launch.torchrun_args,
+                launch.script, *launch.args]
+        cmd = self.wrap(node, base)
         if self.groups is not None:
             cmd = self.groups.wrap(node, cmd)
+        cwd = launch.cwd or str(self.run_dir)
+        server = server_for(cmd, env) if self.groups is None and cmd == base else None
         with open(self.logs.path(node), "ab") as out:
-            proc = subprocess.Popen(
-                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=launch.cwd or str(self.run_dir),
-            )
+            proc: subprocess.Popen[bytes] | WarmProcess | None = None
+            if server is not None:  # a warm launcher's session (chaos explore): forked, not started
+                with contextlib.suppress(OSError):  # the server is gone: start this one cold
+                    proc = server.spawn(cmd, env, cwd, out.fileno())
+            if proc is None:
+                proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
         self.procs[node] = proc
         self._recorded[node] = self.manifest.add_process("agent", proc.pid, node=node)
         self._reported.discard(node)
-        self.log.record("agent_start", node=node, pid=proc.pid, cmd=cmd, cwd=launch.cwd or str(self.run_dir))
+        self.log.record("agent_start", node=node, pid=proc.pid, cmd=cmd, cwd=cwd,
+                        **({"forked": True} if isinstance(proc, WarmProcess) else {}))
         return proc
 
     def poll(self) -> list[tuple[int, int]]:

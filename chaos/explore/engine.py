@@ -21,7 +21,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 import hypothesis.core as hypothesis_core
 import hypothesis.internal.conjecture.engine as conjecture_engine
@@ -42,6 +42,7 @@ from chaos.scenario import CheckSpec, Scenario
 from chaos.strategies.families import KINDS, resolve
 from chaos.strategies.schedules import Schedule, schedules
 from chaos.strategies.shape import TargetShape
+from chaos.warm.agents import session as warm_session
 
 DATABASE_VERSION = 1  # bump when the strategies change how they draw, so old entries are not misread
 # Hypothesis stops shrinking after MAX_SHRINKING_SECONDS (300 s) of wall clock, which a handful of real
@@ -89,7 +90,9 @@ class Explorer:
     reported). ``checks``: the checks to hold (default: the scenario's). ``database``: use
     Hypothesis's example database. ``runner``: what makes the runs (default :class:`~chaos.explore.runs.RealRunner`,
     real torchrun jobs). ``clock``: seconds (wall clock by default) for the time budget and each
-    example's ``seconds``. Raises :class:`~chaos.errors.StrategyError` for a bad argument
+    example's ``seconds``. ``launcher``: how the runs start their workers (``target.launcher``);
+    default: the scenario's if it sets one, else ``warm`` (see :mod:`chaos.warm`). Raises
+    :class:`~chaos.errors.StrategyError` for a bad argument
     (naming it and its CLI flag), :class:`~chaos.errors.CapabilityError`
     if this machine cannot run a fault family asked for — all before any run.
     """
@@ -98,7 +101,8 @@ class Explorer:
                  max_examples: int | None = 30, max_minutes: float | None = None, shrink_runs: int = 30,
                  seed: int | None = None, checks: list[str] | None = None, runs_dir: Path | None = None,
                  database: bool = True, reference: bool = True, observer: ExploreObserver | None = None,
-                 runner: ExampleRunner | None = None, clock: Callable[[], float] = time.time) -> None:
+                 runner: ExampleRunner | None = None, clock: Callable[[], float] = time.time,
+                 launcher: Literal["cold", "warm"] | None = None) -> None:
         if max_examples is None and max_minutes is None:
             raise StrategyError("budget: give max_examples (--examples N) or max_minutes (--minutes M)")
         if max_examples is not None and max_examples < 1:
@@ -116,6 +120,13 @@ class Explorer:
         params = {c.name: c.params for c in scenario.checks}
         self.base = scenario.model_copy(update={"checks": [CheckSpec(name=c, params=params.get(c, {})) for c in held]})
         self.base._source = scenario._source
+        # the runs start their workers warm unless the scenario (or --launcher) says how; the minimal
+        # failing scenario written at the end keeps the scenario's own launcher
+        self.launcher = launcher or (scenario.target.launcher if "launcher" in scenario.target.model_fields_set
+                                     else "warm")
+        self._run_base = self.base.model_copy(
+            update={"target": self.base.target.model_copy(update={"launcher": self.launcher})})
+        self._run_base._source = scenario._source
         self.held = list(held)
         self.families, self.max_faults = families, max_faults
         self.max_examples, self.max_minutes, self.shrink_runs = max_examples, max_minutes, shrink_runs
@@ -162,7 +173,7 @@ class Explorer:
         # the example database off, and the database is what makes a found failure come back first.
         forced, hypothesis_core.global_force_seed = hypothesis_core.global_force_seed, self.seed  # type: ignore[assignment]
         try:
-            with shrink_by_runs():
+            with shrink_by_runs(), warm_session():
                 found = find(strategy, self._fails, settings=conf, database_key=self.database_key())
             minimal = self._memo[found.key()]
             stopped = (f"shrink budget of {self.shrink_runs} run(s) spent" if self._shrink_spent
@@ -206,7 +217,7 @@ class Explorer:
             self.observer.example_started(example)
         t = self.clock()
         try:
-            result = self.runner.run(schedule.apply(self.base), self.out_dir / "runs", reference=self.reference,
+            result = self.runner.run(schedule.apply(self._run_base), self.out_dir / "runs", reference=self.reference,
                                      observer=self.observer.run_event if self.observer else None)
         except ChaosError as exc:  # a bug of ours or a broken environment: stop, do not shrink on it
             raise _Stop("error", exc) from exc

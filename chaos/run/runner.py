@@ -42,6 +42,7 @@ from chaos.scenario.blackbox import resolve_pattern
 from chaos.timeline import prewarm as prewarm_report
 from chaos.verdicts.conclude import conclude
 from chaos.verdicts.result import RunResult
+from chaos.warm import ENV as LAUNCHER_ENV
 from chaos.worker_table import WorkerTable
 
 POLL_S = 0.02
@@ -321,7 +322,7 @@ class _Run:
                 "run_start", journal_format=JOURNAL_FORMAT, run_id=self.run_id, scenario=s.name,
                 world_size=s.world_size, steps=s.target.steps, checkpoint_every=s.target.checkpoint_every,
                 backend=s.backend.model_dump(), schedule=self.nemesis.schedule_summary(), deadline_s=self.deadline_s,
-                reference=note, cwd=str(s.work_dir(self.run_dir)), python=s.python_exe,
+                reference=note, cwd=str(s.work_dir(self.run_dir)), python=s.python_exe, launcher=s.target.launcher,
                 **({"dropped_options": s.target.dropped_options()} if s.target.dropped_options() else {}),
                 **({"blackbox": self.blackbox.summary()} if self.blackbox is not None else {}))
             self._notify([start])
@@ -331,7 +332,8 @@ class _Run:
             self._notify(self.nemesis.arm())  # e.g. write holds on the mount, before the job starts
             env = {**s.target.env, "CHAOS_RUN_DIR": str(self.run_dir), "CHAOS_RUN_ID": self.run_id,
                    "CHAOS_RUNNER_PID": str(os.getpid()),
-                   "CHAOS_GATES": json.dumps(self.nemesis.gates()), "CHAOS_SDC": json.dumps(self.nemesis.sdc_faults())}
+                   "CHAOS_GATES": json.dumps(self.nemesis.gates()), "CHAOS_SDC": json.dumps(self.nemesis.sdc_faults()),
+                   **({LAUNCHER_ENV: "warm"} if s.target.launcher == "warm" else {})}
             self.backend.start(LaunchSpec(str(s.script_path), _fill_args(s, self.run_dir), env, _torchrun_args(s),
                                           cwd=str(s.work_dir(self.run_dir)), python=s.python_exe))
             self.nemesis.start(time.time())

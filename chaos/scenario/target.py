@@ -4,6 +4,7 @@ fields resolve to paths (:func:`work_dir_of`, :func:`python_of`)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -53,6 +54,13 @@ class TargetSpec(_Model):
         default=None, min_length=1, description="The interpreter that runs torchrun and the workers: a python "
         "executable's path (relative to the scenario file), a virtual environment's directory, or a command on PATH "
         "(e.g. python3.12). It must have torch. Default: the interpreter chaos itself runs in.")
+    launcher: Literal["cold", "warm"] = Field(
+        default="cold", description="How each agent starts its workers: `cold` (a new interpreter per worker, as "
+        "torchrun does) or `warm` (forked from a copy of the agent that has imported torch already: no interpreter "
+        "start-up or `import torch` per worker or restart; `chaos explore` uses it unless the scenario sets this). "
+        "What a warm worker can see differently: torch and numpy already imported, the agent's command line in "
+        "/proc, the node's string hash seed shared by its workers (set PYTHONHASHSEED to match), and its parent "
+        "process; rank, environment, restarts, signals and exit codes are as cold.")
     blackbox: BlackboxSpec | None = Field(
         default=None, description="Set for a target that does not import chaos.probe (a black-box target): where "
         "its checkpoints are, regexes that read its output lines, and how to test that a checkpoint loads.")

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "chaos"
 # lowest first; a module belongs to the first entry that is it or a package above it
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundation", ["chaos.errors", "chaos.paths", "chaos.history", "chaos.logtext", "chaos.kinds", "chaos.probe",
-                    "chaos.plugins", "chaos.safedir", "chaos.readlimit", "chaos.integrations"]),
+                    "chaos.plugins", "chaos.safedir", "chaos.readlimit", "chaos.integrations", "chaos.warm"]),
     ("model", ["chaos.scenario"]),
     ("judgement and mechanisms", ["chaos.checks", "chaos.timeline", "chaos.net", "chaos.disk", "chaos.reserve",
                                   "chaos.manifest", "chaos.capabilities", "chaos.cgroup2", "chaos.dcpcheck", "chaos.accelcheck",
