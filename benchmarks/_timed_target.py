@@ -12,9 +12,12 @@ probe's direct cost, as opposed to what it adds to a whole step. When the target
 writes ``{"entry_s": [...], "call_s": [...]}`` as JSON to ``$BENCH_TIMES_DIR/rank<RANK>.json``.
 
 With ``$BENCH_BLOCK_STEPS=B`` (and the probe enabled, digest not disabled) the proxy alternates the
-probe's configuration every B steps within the one job: steps whose ``(step // B) % 3`` is 0 take
+probe's configuration every B steps within the one job: steps whose ``(step // B) % 4`` is 0 take
 the disabled path (``Probe.enabled`` false for that call: the same early return as with
-``CHAOS_RUN_DIR`` unset), 1 emit the event without a digest, 2 emit it with the digest.
+``CHAOS_RUN_DIR`` unset), 1 emit the event without a digest, 2 emit it with the digest, and 3 do
+not call the probe at all but ``os.write`` a fixed step-event line (:data:`FLOOR_LINE`) to a file of
+their own opened ``O_APPEND``: the floor of any probe that puts each event in the kernel before
+``step`` returns, timed at the same point of a step.
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ from typing import Any, cast
 from chaos import probe
 
 TARGET = Path(__file__).resolve().parent.parent / "targets" / "digits_ddp.py"
-MODES = ("none", "events", "digest")  # probe configuration of each block, in turn
+MODES = ("none", "events", "digest", "write")  # probe configuration of each block, in turn
+# a step event as the probe writes it (its length and shape; the values do not matter)
+FLOOR_LINE = (b'{"t":1765072800.1234567,"kind":"step","node":0,"rank":0,"local_rank":0,"world_size":2,'
+              b'"restart":0,"pid":123456,"seq":1234,"step":1234,"loss":0.011748417652398348}\n')
 
 
 class TimedProbe:
@@ -41,12 +47,20 @@ class TimedProbe:
         self.block_steps = block_steps
         self.entry_s: list[float] = []
         self.call_s: list[float] = []
+        self._floor_fd = -1
+        if block_steps:
+            floor = Path(os.environ["BENCH_TIMES_DIR"]) / f"floor-rank{os.environ.get('RANK', '0')}.jsonl"
+            self._floor_fd = os.open(floor, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
     def step(self, step: int, loss: float | None = None, params: Any = None, **fields: Any) -> None:
         t0 = time.perf_counter()
         self.entry_s.append(t0)
         if self.block_steps:
             mode = MODES[(step // self.block_steps) % len(MODES)]
+            if mode == "write":
+                os.write(self._floor_fd, FLOOR_LINE)
+                self.call_s.append(time.perf_counter() - t0)
+                return
             enabled = self._real.enabled
             self._real.enabled = enabled and mode != "none"
             self._real.step(step, loss=loss, params=params if mode == "digest" else None, **fields)
