@@ -17,16 +17,20 @@ lands at three quarters of the steps. Times advance 5 ms per step.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 Event = dict[str, Any]
 STEP_S = 0.005
 DIGEST_EVERY = 10
 
 
-def synth_events(ranks: int, steps: int, ranks_per_node: int = 8, checkpoint_every: int = 10) -> list[Event]:
-    """The events of one run (see the module), in no particular order. ``ranks`` ≥ 2, ``steps`` ≥ 40."""
+def synth_events(ranks: int, steps: int, ranks_per_node: int = 8, checkpoint_every: int = 10,
+                 sink: Callable[[Event], None] | None = None) -> list[Event]:
+    """The events of one run (see the module), in no particular order. ``ranks`` ≥ 2, ``steps`` ≥ 40.
+    With ``sink``, each event is handed to it instead and the list returned is empty (a journal larger
+    than memory)."""
     per_node = min(ranks_per_node, ranks)
     nodes = (ranks + per_node - 1) // per_node
     t0 = 1_800_000_000.0
@@ -35,15 +39,16 @@ def synth_events(ranks: int, steps: int, ranks_per_node: int = 8, checkpoint_eve
     ckpt = "/runs/big/checkpoints/ckpt-{:06d}.pt"
     seq: dict[int, int] = {}
     out: list[Event] = []
+    emit = out.append if sink is None else sink
 
     def runner(t: float, kind: str, **f: Any) -> None:
         seq[-1] = seq.get(-1, 0) + 1
-        out.append({"t": t, "kind": kind, "source": "runner", "seq": seq[-1], **f})
+        emit({"t": t, "kind": kind, "source": "runner", "seq": seq[-1], **f})
 
     def probe(t: float, kind: str, rank: int, restart: int, **f: Any) -> None:
         pid = pid_of(rank, restart)
         seq[pid] = seq.get(pid, 0) + 1
-        out.append({"t": t, "kind": kind, "node": rank // per_node, "rank": rank, "local_rank": rank % per_node,
+        emit({"t": t, "kind": kind, "node": rank // per_node, "rank": rank, "local_rank": rank % per_node,
                     "world_size": ranks, "restart": restart, "pid": pid, "seq": seq[pid], **f})
 
     def pid_of(rank: int, restart: int) -> int:
@@ -118,10 +123,40 @@ def synth_events(ranks: int, steps: int, ranks_per_node: int = 8, checkpoint_eve
 def write_run_dir(run_dir: Path, events: list[Event]) -> None:
     """Write ``events`` as a run directory holds them: the runner's in ``runner.jsonl``, each worker
     process's in ``events/<rank>-<restart>-<pid>.jsonl``."""
-    (run_dir / "events").mkdir(parents=True, exist_ok=True)
-    files: dict[str, list[str]] = {}
-    for e in events:
+    with _RunDirWriter(run_dir) as write:
+        for e in events:
+            write(e)
+
+
+def write_synth_run_dir(run_dir: Path, ranks: int, steps: int, ranks_per_node: int = 8) -> int:
+    """:func:`synth_events` written straight into a run directory (as :func:`write_run_dir`), none kept
+    in memory; returns how many events were written."""
+    with _RunDirWriter(run_dir) as write:
+        synth_events(ranks, steps, ranks_per_node, sink=write)
+        return write.count
+
+
+class _RunDirWriter:
+    """Appends events, one JSON line each (``json.dumps``, as the probe writes them), to the file of
+    the run directory that holds them; a context manager that closes the files."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.files: dict[str, IO[str]] = {}
+        self.count = 0
+        (run_dir / "events").mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, e: Event) -> None:
         name = "runner.jsonl" if e.get("source") == "runner" else f"events/{e['rank']}-{e['restart']}-{e['pid']}.jsonl"
-        files.setdefault(name, []).append(json.dumps(e))
-    for name, lines in files.items():
-        (run_dir / name).write_text("\n".join(lines) + "\n")
+        f = self.files.get(name)
+        if f is None:
+            f = self.files[name] = open(self.run_dir / name, "a", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115
+        f.write(json.dumps(e) + "\n")
+        self.count += 1
+
+    def __enter__(self) -> _RunDirWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for f in self.files.values():
+            f.close()

@@ -9,6 +9,7 @@ causes: a retransmit timeout is one slow step among many fast ones) and the medi
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from chaos.checks.base import CheckContext, Verdict, check, is_blackbox, require
@@ -52,9 +53,10 @@ def phases(history: History) -> list[Phase]:
     gaps = _step_gaps(history)
     if not spans or is_blackbox(history):  # a black-box target's output lines do not time its steps
         return []
+    times = [t for t, _ in gaps]  # in time order, as the history's step events are
 
     def median(a: float, b: float) -> tuple[float | None, float | None, int]:
-        inside = [ms for t, ms in gaps if a < t <= b]
+        inside = [ms for _, ms in gaps[bisect_right(times, a):bisect_right(times, b)]]
         if not inside:
             return None, None, 0
         return round(statistics.fmean(inside), 2), round(statistics.median(inside), 2), len(inside)

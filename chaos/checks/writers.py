@@ -10,7 +10,6 @@ nodes that share a checkpoint directory: the file can end up a mix of both write
 from __future__ import annotations
 
 import bisect
-import itertools
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +44,7 @@ def saves(history: History) -> list[Save]:
             mine = history.of_pid(b["pid"])
             per_pid[b["pid"]] = (mine, [e["t"] for e in mine])
         mine, times = per_pid[b["pid"]]
-        later = itertools.islice(mine, bisect.bisect_left(times, b["t"]), None)  # time order: those at or after b
+        later = (mine[i] for i in range(bisect.bisect_left(times, b["t"]), len(mine)))  # time order: at or after b
         done = next((e for e in later if e is not b and e["kind"] in ("checkpoint_saved", "checkpoint_save_failed")
                      and e.get("path") == b["path"]), None)
         last = next((e for e in reversed(mine) if e is not b), None)
@@ -56,7 +55,19 @@ def saves(history: History) -> list[Save]:
 
 def clashes(found: list[Save]) -> list[tuple[Save, Save, str]]:
     """(save, save, how) for each two saves of one path by different ranks that overlapped in time
-    (``"at once"``) or saved the same step one after the other (``"both"``)."""
+    (``"at once"``) or saved the same step one after the other (``"both"``), in the order of ``found``.
+    Only saves of one path by two ranks are compared (a 10k-step job saves a thousand paths, or one path
+    a thousand times by one rank: linear, not each save against every other)."""
+    if not all(type(s.path) is str for s in found):  # a path that is not text: every pair, as == compares them
+        return _pairs(found)
+    by_path: dict[str, list[Save]] = {}
+    for s in found:
+        by_path.setdefault(s.path, []).append(s)
+    shared = {path for path, group in by_path.items() if len({s.rank for s in group}) > 1}
+    return _pairs([s for s in found if s.path in shared])
+
+
+def _pairs(found: list[Save]) -> list[tuple[Save, Save, str]]:
     out = []
     for i, a in enumerate(found):
         for b in found[i + 1:]:

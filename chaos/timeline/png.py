@@ -5,7 +5,8 @@ scheduled fault (a bar from injection to heal, or a line for an instantaneous fa
 how long the job took to get back to where the fault found it) and the world size when it changed;
 one panel per rank (step vs seconds since the run started, one line per worker process, so a
 restart breaks the line) with the faults shaded and restarts, checkpoint saves and loads, SDC
-alarms, rollbacks and bad exits marked; the legend; the verdicts.
+alarms, rollbacks and bad exits marked — for a big job, the ranks that stand out alone and the others
+in one band per node (:mod:`chaos.timeline.rows`); the legend; the verdicts.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from chaos.checks.base import Verdict
 from chaos.timeline import data as D
+from chaos.timeline import rows as R
 
 FAULT_COLORS = ["#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#bcbd22"]
 PROCESS_COLORS = ["#1f77b4", "#2ca02c", "#17becf", "#7f7f7f", "#6b4c9a", "#b5a642"]
@@ -54,15 +56,15 @@ def _draw(tl: D.Timeline, verdicts: Sequence[Verdict], path: Path) -> Path:
     from matplotlib.figure import Figure
 
     lanes = _lanes(tl)
-    ranks = tl.ranks or [0]
-    row_in = 1.45 if len(ranks) <= 6 else max(0.6, 8.0 / len(ranks))
+    panels = R.rows(tl)
+    row_in = 1.45 if len(panels) <= 6 else max(0.6, 8.0 / len(panels))
     row_gap_in = 0.08
     strip_in = 0.3 + 0.7 * max(len(lanes), 1)
     verdict_lines = _verdict_lines(verdicts)
     verdict_in = 0.35 + 0.19 * len(verdict_lines) if verdict_lines else 0.0
     top_in, xlabel_in, gap_in = 1.0, 0.55, 0.12
     legend_in = 0.2 + 0.21 * -(-_legend_entries(tl) // LEGEND_COLUMNS)
-    height = top_in + strip_in + gap_in + (row_in + row_gap_in) * len(ranks) + xlabel_in + legend_in + verdict_in
+    height = top_in + strip_in + gap_in + (row_in + row_gap_in) * len(panels) + xlabel_in + legend_in + verdict_in
     fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI)
     FigureCanvasAgg(fig)
 
@@ -74,7 +76,7 @@ def _draw(tl: D.Timeline, verdicts: Sequence[Verdict], path: Path) -> Path:
     strip = axes(y, strip_in)
     y -= gap_in
     rows = []
-    for _ in ranks:
+    for _ in panels:
         y -= row_in + row_gap_in
         rows.append(axes(y, row_in, sharex=strip))
     xr = x_range(tl)
@@ -82,8 +84,8 @@ def _draw(tl: D.Timeline, verdicts: Sequence[Verdict], path: Path) -> Path:
     _title(fig, tl, verdicts)
     _draw_strip(strip, tl, lanes, xr)
     handles: dict[str, Any] = {}
-    for ax, rank in zip(rows, ranks, strict=True):
-        _draw_rank(ax, tl, rank, handles, xr)
+    for ax, panel in zip(rows, panels, strict=True):
+        _draw_rank(ax, tl, panel, handles, xr)
     for ax in rows[:-1]:
         ax.tick_params(labelbottom=False)
     strip.tick_params(labelbottom=False)
@@ -214,14 +216,18 @@ def _draw_world(ax: Any, tl: D.Timeline, y: float, xr: tuple[float, float]) -> N
         ax.text(t + (xr[1] - xr[0]) * 0.005, y + 0.25, f"world size {size}", fontsize=8.5, va="center")
 
 
-def _draw_rank(ax: Any, tl: D.Timeline, rank: int, handles: dict[str, Any], xr: tuple[float, float]) -> None:
+def _draw_rank(ax: Any, tl: D.Timeline, row: R.Row, handles: dict[str, Any], xr: tuple[float, float]) -> None:
+    """One panel: a rank's, or a node band's (its ranks' lines drawn over one another, labels said once)."""
     steps = tl.steps or max((t.last_step or 0 for t in tl.tracks), default=1)
     ax.set_ylim(-steps * 0.06, steps * 1.12)
-    ax.set_ylabel(f"rank {rank}\n{tl.unit}", fontsize=9)
+    if row.node is None:
+        ax.set_ylabel(f"{row.label}\n{tl.unit}", fontsize=9)
+    else:  # a band's two lines across, not up: up they would run into the ticks and the next band
+        ax.set_ylabel(row.label, fontsize=7.5, rotation=0, ha="right", va="center", labelpad=4)
     ax.grid(color="#eeeeee")
     for s in tl.spans:
         color = _fault_color(tl, s.fault_id)
-        hit = rank in s.ranks
+        hit = not set(row.ranks).isdisjoint(s.ranks)
         if s.instant:
             ax.axvline(s.start_s, color=color, lw=1.6 if hit else 1.0, ls="-" if hit else "--", alpha=0.9 if hit else 0.6)
         else:
@@ -230,13 +236,15 @@ def _draw_rank(ax: Any, tl: D.Timeline, rank: int, handles: dict[str, Any], xr: 
         ax.axvline(t, color="#444444", ls=":", lw=1.0)
     for m in tl.markers_of(D.RUN_END):
         ax.axvline(m.t_s, color="black", lw=1.2)
-    left_off = 0.0
-    for tr in tl.tracks_of(rank):
-        _draw_track(ax, tr, handles, left_off)
-        left_off = float(tr.last_step) if tr.last_step is not None else left_off
+    for rank in row.ranks:
+        left_off = 0.0
+        for tr in tl.tracks_of(rank):
+            _draw_track(ax, tr, handles, left_off)
+            left_off = float(tr.last_step) if tr.last_step is not None else left_off
     labels: list[tuple[D.Marker, float, str]] = []
+    mine = set(row.ranks)
     for kind, (marker, color, size, label) in MARKER_STYLE.items():
-        ms = [m for m in tl.markers_of(kind) if m.rank == rank]
+        ms = [m for m in tl.markers_of(kind) if m.rank in mine]
         if kind == D.RESTART or not ms:
             continue
         ys = [_marker_y(tl, m) for m in ms]
@@ -255,7 +263,7 @@ def _draw_rank(ax: Any, tl: D.Timeline, rank: int, handles: dict[str, Any], xr: 
         ax.annotate(text, (t, yv), xytext=(-6 if right else 6, 10 if above else -11), textcoords="offset points",
                     fontsize=7.5, color=color, ha="right" if right else "left", va="center", zorder=4,
                     bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.75})
-    ax.text(0.005, 0.96, _rank_summary(tl, rank), transform=ax.transAxes, ha="left", va="top", fontsize=8,
+    ax.text(0.005, 0.96, R.summary(tl, row), transform=ax.transAxes, ha="left", va="top", fontsize=8,
             color="#555555")
 
 
@@ -323,13 +331,6 @@ def _marker_y(tl: D.Timeline, m: D.Marker) -> float:
             if t <= m.t_s:
                 last = step
     return float(last)
-
-
-def _rank_summary(tl: D.Timeline, rank: int) -> str:
-    tracks = tl.tracks_of(rank)
-    last = max((t.last_step or 0 for t in tracks), default=0)
-    restarts = max(len(tracks) - 1, 0)
-    return f"{len(tracks)} process(es), {restarts} restart(s), reached {tl.unit} {last}" + (f"/{tl.steps}" if tl.steps else "")
 
 
 def _legend_entries(tl: D.Timeline) -> int:
