@@ -11,8 +11,8 @@ stall holds.
             median(mounted) / median(bare) over every save. The same for a 50 MB state (one tensor)
             for context.
             With gcc and libfuse3-dev's examples, libfuse's own C ``passthrough_fh`` (same caching,
-            same options) is measured in the same rotation as a reference for what any FUSE
-            pass-through costs here.
+            same options, a directory fsync added) is measured in the same rotation as a reference
+            for what any FUSE pass-through costs here (:mod:`benchmarks._disk_reference`).
   stall     For each hold H (0.5, 2, 5 s), ``stall_reps`` times: a stall rule on ``write`` is added
             (``DiskMount.add_rule``, which returns once the filesystem confirms it); a thread starts a
             4 KiB write + fsync of a new file; the rule is removed H s after the write began.
@@ -29,7 +29,6 @@ import argparse
 import io
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -43,7 +42,8 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
 import torch
 from torch import nn
 
-from benchmarks._common import ForeignLoad, Row, machine, median, quiet_first, ratio_row, require_root_fuse
+from benchmarks._common import BenchResult, ForeignLoad, Row, machine, median, quiet_first, ratio_row, require_root_fuse
+from benchmarks._disk_reference import REQUESTS_PER_SAVE, CReference, fs_type, goal_note, memory_rows
 from benchmarks._report import load_line, mode_line, preamble, rows_table, section, text
 from chaos.disk.mount import DiskMount, leftover_mounts
 from chaos.disk.rules import Rule
@@ -63,8 +63,9 @@ METHOD = """\
   bare one), in turn save by save (order rotated). Ratio = median(mounted) / median(bare) over every save;
   per-round ratios (medians of each round's saves) show the spread. The same for a 50 MB state (one float32
   tensor) for context. As a reference, libfuse's own C example `passthrough_fh` (libfuse3-dev, compiled with
-  libfuse's default 1 s entry/attribute caching as chaos-disk has, mounted with the same
-  `allow_other,default_permissions`) in the same rotation: what any FUSE pass-through costs here.
+  libfuse's default 1 s entry/attribute caching as chaos-disk has, and with a directory fsync: without one
+  the kernel makes a directory's fsync a no-op; mounted with the same `allow_other,default_permissions`)
+  in the same rotation: what any FUSE pass-through costs here.
 - *Stall precision*: for each hold H, a stall rule on `write` is added (`DiskMount.add_rule` returns once
   the filesystem has confirmed it); a thread starts a 4 KiB write + fsync of a new file; the rule is removed
   (`remove_rules`) H s after the write began. Observed stall = time the write took, start to return. Also
@@ -135,64 +136,6 @@ def measure_saves(state: dict[str, Any], dirs: dict[str, Path], rounds: int, sav
                 times[name].append(time.perf_counter() - t0)
             step += 1
     return times, size
-
-
-class CReference:
-    """libfuse's own C example ``passthrough_fh`` (from libfuse3-dev's examples, compiled here with
-    libfuse's default 1 s entry/attribute caching, as chaos-disk has), mounted with the same
-    ``allow_other,default_permissions``: what any FUSE pass-through costs on this machine. It mirrors
-    ``/``, so ``through(path)`` is ``<mountpoint><path>``. Unavailable without gcc or the example."""
-
-    SOURCE = Path("/usr/share/doc/libfuse3-dev/examples/passthrough_fh.c")
-
-    def __init__(self, work: Path) -> None:
-        self.work = work
-        self.mountpoint = work / "cref"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.why_not = ""
-
-    def start(self) -> bool:
-        if not self.SOURCE.exists() or shutil.which("gcc") is None or shutil.which("pkg-config") is None:
-            self.why_not = f"no gcc, pkg-config or {self.SOURCE} (libfuse3-dev)"
-            return False
-        src = self.work / "passthrough_fh.c"
-        text = self.SOURCE.read_text()
-        text = text.replace("cfg->entry_timeout = 0;", "cfg->entry_timeout = 1.0;").replace(
-            "cfg->attr_timeout = 0;", "cfg->attr_timeout = 1.0;")
-        src.write_text(text)
-        for helper in self.SOURCE.parent.glob("*.h"):
-            shutil.copy(helper, self.work / helper.name)
-        flags = subprocess.run(["pkg-config", "fuse3", "--cflags", "--libs"], capture_output=True, text=True).stdout.split()
-        exe = self.work / "passthrough_fh"
-        built = subprocess.run(["gcc", "-O2", str(src), *flags, "-o", str(exe)], capture_output=True, text=True)
-        if built.returncode != 0:
-            self.why_not = f"passthrough_fh did not compile: {built.stderr.strip()[:200]}"
-            return False
-        self.mountpoint.mkdir()
-        self.proc = subprocess.Popen([str(exe), "-f", "-o", "allow_other,default_permissions,fsname=chaos-bench-ref",
-                                      str(self.mountpoint)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if any(line.split()[1] == str(self.mountpoint) for line in Path("/proc/mounts").read_text().splitlines()):
-                return True
-            time.sleep(0.05)
-        self.why_not = "passthrough_fh did not mount"
-        self.stop()
-        return False
-
-    def through(self, path: Path) -> Path:
-        return Path(str(self.mountpoint) + str(path.resolve()))
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], capture_output=True)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-        self.proc = None
 
 
 def measure_requests(bare: Path, mounted: Path, n: int) -> dict[str, tuple[float, float]]:
@@ -273,8 +216,27 @@ def report(rows: list[Row], notes: list[str], quick: bool, duration_s: float, lo
     return text(lines)
 
 
-def p_max(xs: list[float]) -> float:
-    return max(xs) if xs else float("nan")
+def memory_saves(state: dict[str, Any], rounds: int, saves: int) -> dict[str, list[float]]:
+    """The same save rotation with every directory on tmpfs (/dev/shm): no disk, so what is left of the
+    difference is the FUSE round trips and the filesystem process's own work. Empty without a tmpfs
+    /dev/shm."""
+    if fs_type(Path("/dev/shm")) != "tmpfs":
+        return {}
+    work = Path(tempfile.mkdtemp(prefix="chaos-disk-bench-mem-", dir="/dev/shm"))
+    disk = DiskMount(work / "checkpoints", work / ".checkpoints-backing", work / "disk-rules.json", work / "disk.jsonl")
+    cref = CReference(work)
+    try:
+        (work / "bare").mkdir()
+        disk.mount()
+        dirs = {"bare": work / "bare", "chaos-disk": disk.mountpoint}
+        if cref.start():
+            (work / "cref-backing").mkdir()
+            dirs["C passthrough_fh"] = cref.through(work / "cref-backing")
+        return measure_saves(state, dirs, rounds, saves)[0]
+    finally:
+        cref.stop()
+        disk.unmount()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
@@ -287,16 +249,20 @@ def main() -> None:
                     "directory under $TMPDIR)")
     args = ap.parse_args()
     require_root_fuse("disk_fault")
-    rounds, saves, big_rounds, stall_reps = (8, 4, 3, 1) if args.quick else (30, 4, 10, 3)
-    quiet_note = quiet_first(args.wait_quiet_s)
+    run(args.quick, args.out, args.dir, quiet_first(args.wait_quiet_s))
+
+
+def run(quick: bool = False, out: Path = OUT, where: Path | None = None, quiet_note: str = "") -> BenchResult:
+    """Measure, write the report to ``out`` (``DISK_FAULT.md``) and return its rows (``run_all``)."""
+    rounds, saves, big_rounds, stall_reps = (8, 4, 3, 1) if quick else (30, 4, 10, 3)
     torch.set_num_threads(1)
     t0 = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="chaos-disk-bench-", dir=args.dir))
+    work = Path(tempfile.mkdtemp(prefix="chaos-disk-bench-", dir=where))
     bare = work / "bare"
     bare.mkdir()
     disk = DiskMount(work / "checkpoints", work / ".checkpoints-backing", work / "disk-rules.json", work / "disk.jsonl")
     cref = CReference(work)
-    fs_type = _fs_type(work)
+    work_fs = fs_type(work)
     try:
         disk.mount()
         dirs = {"bare": bare, "chaos-disk": disk.mountpoint}
@@ -312,8 +278,11 @@ def main() -> None:
             print("checkpoint saves (50 MB)", flush=True)
             big, big_bytes = measure_saves(big_state, dirs, big_rounds, 1)
             print("  " + ", ".join(f"{k} {median(v) * 1000:.1f} ms" for k, v in big.items()), flush=True)
+            print("checkpoint saves (digits state) on tmpfs", flush=True)
+            mem = memory_saves(state, rounds, saves)
+            print("  " + ", ".join(f"{k} {median(v) * 1000:.3f} ms" for k, v in mem.items()), flush=True)
             print("single requests", flush=True)
-            requests = measure_requests(bare, disk.mountpoint, 200 if args.quick else 1000)
+            requests = measure_requests(bare, disk.mountpoint, 200 if quick else 1000)
             print("stall precision", flush=True)
             stalls = measure_stalls(disk, stall_reps)
     finally:
@@ -341,7 +310,10 @@ def main() -> None:
                      "ms"),
                  Row("digits checkpoint save: C passthrough_fh / bare (reference)", median(ref) / median(small_bare),
                      "ratio"),
-                 Row("digits checkpoint save: chaos-disk / C passthrough_fh", median(small_mnt) / median(ref), "ratio")]
+                 Row("digits checkpoint save: chaos-disk / C passthrough_fh", median(small_mnt) / median(ref), "ratio"),
+                 Row("digits checkpoint save: added time per save, chaos-disk − C passthrough_fh (median difference)",
+                     (median(small_mnt) - median(ref)) * 1000, "ms")]
+    rows += memory_rows(mem)
     rows += [
         Row(f"50 MB checkpoint save, bare dir, median of {len(big['bare'])}", median(big["bare"]) * 1000, "ms"),
         Row("50 MB checkpoint save, through chaos-disk (no rule), median", median(big["chaos-disk"]) * 1000, "ms"),
@@ -360,24 +332,29 @@ def main() -> None:
         rows += [Row(f"stall {hold:g} s: observed (write start → return), median of {len(s['observed'])}",
                      median(s["observed"]), "s"),
                  Row(f"stall {hold:g} s: error (median observed − requested)", (median(s["observed"]) - hold) * 1000, "ms"),
-                 Row(f"stall {hold:g} s: release latency (remove_rules → write returns), max", p_max(s["release"]) * 1000,
+                 Row(f"stall {hold:g} s: release latency (remove_rules → write returns), max", max(s["release"]) * 1000,
                      "ms")]
     adds = [x for h in HOLDS_S for x in stalls[h]["add"]]
     rows.append(Row(f"add_rule until confirmed by the filesystem, median of {len(adds)}", median(adds) * 1000, "ms"))
     notes = [quiet_note] if quiet_note else []
+    if load.mean_cpus > 1:
+        notes.append(f"Other processes kept {load.mean_cpus:.2f} CPUs busy on average: every FUSE request then waits for "
+                     "a CPU, chaos-disk's (several times C's CPU each) longest, in bursts that multiply its times (seen "
+                     "before and after the changes below alike): such a run's figures say more about the load.")
     if cref.why_not:
         notes.append(f"no C reference: {cref.why_not}")
     if ref:
-        met = median(small_mnt) / median(small_bare) <= OVERHEAD_GOAL
-        notes.append(
-            f"The goal (≤ {OVERHEAD_GOAL:g}) is {'met' if met else 'not met'}. "
-            f"libfuse's own C pass-through costs {median(ref) / median(small_bare):.2f}× bare on the same saves: a save "
-            "is mostly metadata requests and fsyncs, each a round trip through the kernel to a userspace process, so "
-            "no FUSE pass-through comes near 1.0 here; chaos-disk's Python (ctypes callbacks, mfusepy, the rule "
-            f"check) adds {median(small_mnt) / median(ref):.2f}× on top of that. In a training job it is paid once per "
-            "checkpoint (a few ms every K steps), not per step.")
+        write_us = requests["pwrite 4 KiB"][1] - requests["pwrite 4 KiB"][0]
+        notes.append(goal_note(median(small_bare), median(small_mnt), median(ref), OVERHEAD_GOAL, small_ratios, write_us))
+    if "C passthrough_fh" in mem:
+        m = {k: median(v) * 1000 for k, v in mem.items()}
+        notes.append(f"On tmpfs, without the disk and its noise (fsync times of a shared disk vary by ms): chaos-disk "
+                     f"adds {m['chaos-disk'] - m['bare']:.3f} ms per save, libfuse's C pass-through "
+                     f"{m['C passthrough_fh'] - m['bare']:.3f} ms; the difference, "
+                     f"{m['chaos-disk'] - m['C passthrough_fh']:.3f} ms, is what chaos-disk's Python costs over any "
+                     "FUSE pass-through.")
     notes += [
-        f"directories on {fs_type}. 50 MB saves are dominated by the disk (writing and fsyncing 50 MB): their times "
+        f"directories on {work_fs}. 50 MB saves are dominated by the disk (writing and fsyncing 50 MB): their times "
         "vary with the disk's state more than with the path taken (bare: " + ", ".join(f"{x * 1000:.0f}" for x in big["bare"])
         + " ms; through chaos-disk: " + ", ".join(f"{x * 1000:.0f}" for x in big["chaos-disk"]) + " ms), so the "
         "fastest of each is shown too.",
@@ -385,11 +362,18 @@ def main() -> None:
         "write of up to 1 MiB, flush, fsync, rename, ...) is a round trip kernel → that process → kernel. "
         "Without a rule the hot path checks one empty tuple; the cost is the round trips, so it is a fixed "
         "amount per operation rather than a share of the bytes.",
-        "A save here is about 21 FUSE requests (lookup ×2, create, ioctl (Python's isatty), write ×3, fsync, flush, "
-        "release, rename, getattr of the directory ×3 (its attributes are invalidated by each change and "
-        "`default_permissions` needs them), opendir/fsyncdir/releasedir, opendir/readdirplus/readdir/releasedir, "
-        "unlink); the added time per save is about that many round trips. Mounting without "
-        "`default_permissions` would save 2 of them, at the price of no permission checks: kept.",
+        f"A save here is {REQUESTS_PER_SAVE} FUSE requests (counted with libfuse's debug output): lookup ×2, create, "
+        "ioctl (Python's isatty; answered by libfuse in C), write ×3, flush, fsync, release, rename, getattr of the "
+        "directory ×3 (its attributes are invalidated by each change and `default_permissions` needs them), "
+        "opendir/fsyncdir/releasedir, opendir/readdirplus/readdir/releasedir (opendir, releasedir and the second "
+        "readdir are answered by libfuse in C), unlink; about 16 of them reach Python. The added time per save is about "
+        "that many round trips. Mounting without `default_permissions` would save 3 of them, at the price of no "
+        "permission checks: kept.",
+        "chaos-disk's Python path per request (`chaos.disk.binding`): each libfuse worker thread keeps its Python "
+        "thread state after its first callback (ctypes otherwise creates and deletes one per callback), getattr "
+        "copies the `stat` result into libfuse's buffer without mfusepy's dict, create skips mfusepy's signature "
+        "inspection, write passes a view of libfuse's buffer instead of a copy. Before these (git f4eaab6, "
+        "`benchmarks/DISK_FAULT.md` of 2026-11-29): 2.14× bare, 1.55× the C reference without its directory fsync.",
         "No kernel writeback cache (each write reaches the filesystem in the writer's own call, which is what "
         "lets a rule stall or fail that call); reads may come from the page cache.",
         "A rule change is a rewrite of the rules file plus a byte in a FIFO that wakes the filesystem's watcher "
@@ -397,25 +381,12 @@ def main() -> None:
         "variable. `remove_rules` returns once the filesystem confirms, so the release latency includes that "
         "confirmation.",
     ]
-    text = report(rows, notes, args.quick, time.monotonic() - t0, load)
-    args.out.write_text(text, encoding="utf-8")
+    text = report(rows, notes, quick, time.monotonic() - t0, load)
+    out.write_text(text, encoding="utf-8")
     print(text)
-    print(f"wrote {args.out}")
-
-
-def _fs_type(path: Path) -> str:
-    """The type of the filesystem holding ``path`` (from /proc/mounts, longest matching mountpoint)."""
-    best, kind = "", "unknown"
-    real = os.path.realpath(path)
-    try:
-        for line in Path("/proc/mounts").read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 3 and (real == parts[1] or real.startswith(parts[1].rstrip("/") + "/")) \
-                    and len(parts[1]) > len(best):
-                best, kind = parts[1], parts[2]
-    except OSError:
-        pass
-    return kind
+    print(f"wrote {out}")
+    return BenchResult("disk fault: FUSE pass-through and stall precision",
+                       (__doc__ or "").strip().split("\n\n")[0], rows, notes)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,8 @@ after ``max_hold_s`` (``timeout``), or at shutdown.
 
 This module is the program (arguments, mount, serve, exit); the parts: the protocol with the mount
 manager (:mod:`chaos.disk.protocol`), the rules controller (:mod:`chaos.disk.controller`), the
-pass-through operations (:mod:`chaos.disk.passthrough`).
+pass-through operations (:mod:`chaos.disk.passthrough`), served through mfusepy with a cheaper path per
+request (:mod:`chaos.disk.binding`).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ctl = Controller(os.path.abspath(args.rules), events, seed=args.seed, parent_pid=args.parent_pid)
     ctl.reload(force=True)
     try:
-        import mfusepy
+        from chaos.disk.binding import FastFUSE
     except (ImportError, OSError) as exc:
         print(f"chaos-disk: cannot load the FUSE binding: {exc}", file=sys.stderr)
         return 1
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     watcher.start()
     code = 0
     try:
-        mfusepy.FUSE(ops, mountpoint, **fuse_options())
+        FastFUSE(ops, mountpoint, **fuse_options())
     except (RuntimeError, OSError) as exc:
         print(f"chaos-disk: FUSE ended with an error: {exc}", file=sys.stderr)
         code = 1

@@ -75,12 +75,19 @@ def make_operations(source: str, ctl: Controller) -> Any:
         def destroy(self, path: str) -> None:
             ctl.release_all("unmounted")
 
-        def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
-            self._act("getattr", path)
+        def stat(self, path: str | None, fh: int | None) -> os.stat_result:
+            # getattr's attributes as os.stat_result (chaos.disk.binding copies them to libfuse directly)
+            if path is not None:
+                self._act("getattr", path)
+            elif fh is None:
+                raise mfusepy.FuseOSError(errno.EINVAL)
             try:
-                st = os.fstat(fh) if fh is not None else os.lstat(self._p(path))
+                return os.fstat(fh) if fh is not None else os.lstat(self._p(path or ""))
             except OSError as exc:
                 raise fail(exc) from None
+
+        def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
+            st = self.stat(path, fh)
             return {"st_mode": st.st_mode, "st_ino": st.st_ino, "st_nlink": st.st_nlink, "st_uid": st.st_uid,
                     "st_gid": st.st_gid, "st_size": st.st_size, "st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns,
                     "st_ctime": st.st_ctime_ns, "st_blocks": st.st_blocks, "st_blksize": st.st_blksize,
