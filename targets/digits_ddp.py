@@ -70,6 +70,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--timeout-s", type=float, default=60.0, help="collective timeout, seconds")
     ap.add_argument("--digest-every", type=int, default=10,
                     help="steps between parameter digests in step events (0: none; 1: every step, ~3%% slower)")
+    ap.add_argument("--sdc-fused", action="store_true",
+                    help="carry the nonfinite and spike numbers in DDP's gradient all-reduce (SdcDetectors(fused=True))")
     ap.add_argument("--sdc-detectors", type=lambda v: [d for d in v.split(",") if d], default="nonfinite,spike,digest",
                     help="SDC detectors to run, comma-separated: nonfinite,spike,digest,replay ('' for none)")
     ap.add_argument("--replica-digest-every", type=int, default=10, help="steps between cross-replica digest checks")
@@ -186,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     inj = sdc.Injector.from_env(p, model)
     det = SdcDetectors(p, model, nonfinite="nonfinite" in args.sdc_detectors, spike="spike" in args.sdc_detectors,
                        digest_every=args.replica_digest_every if "digest" in args.sdc_detectors else 0,
-                       replay="replay" in args.sdc_detectors)
+                       replay="replay" in args.sdc_detectors, fused=args.sdc_fused)
 
     def load(path: str, data: bytes | None = None) -> tuple[int, int, int]:
         """Restore model, optimizer, scheduler, RNG and data position; returns (step, epoch, batch)."""
@@ -304,6 +306,7 @@ def main(argv: list[str] | None = None) -> None:
             rng_before = torch.get_rng_state()
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
+            det.before_backward(loss)  # the loss rides in the gradient all-reduce with the detectors' flags
             loss.backward()
             inj.after_backward()
             alarms = det.check_gradients(loss)

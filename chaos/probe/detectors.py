@@ -13,6 +13,24 @@ reduce-scatter, so ``local_grad_norm`` is not measured), and ``digest`` is refus
 Each detection is an ``sdc_alarm`` event ``{step, detector, suspected_ranks, evidence}``, recorded by
 every rank.
 
+How the numbers travel. By default each check gathers every rank's numbers in one small
+``all_gather`` per step (per-parameter hooks measure the local gradient). With ``fused=True``, on a
+``DistributedDataParallel`` model (fp32/fp64) the nonfinite and spike numbers ride in the gradient
+all-reduce the job does anyway (:mod:`chaos.probe.fused`, a DDP
+communication hook): each rank's local-gradient flag and norm (measured per bucket, no per-parameter
+hooks) and its loss (call :meth:`SdcDetectors.before_backward`) reach every rank in the same step,
+and :meth:`SdcDetectors.check_gradients` runs no collective. The all-reduced gradient is the same on
+every rank, so its norm needs no exchange; a rank's gradient changed *after* the all-reduce (a
+corruption only that rank sees) is noticed by that rank in the same step and reported in the next
+all-reduce, or in the digest comparison if that comes first (so before a checkpoint that follows
+it): the alarm names that rank and the step of the change, one step later in time. Opt in knowing
+what that costs: a corruption after the all-reduce is raised a step later, and with 3 or more ranks
+the longer last bucket moves gloo's ring segments, so the gradients are deterministic but no longer
+bitwise those of DDP's own all-reduce (with 2 ranks they are). Where fusing cannot apply (FSDP2, a
+module that is not the DDP wrapper — e.g. Lightning's callback gets the LightningModule —, a model
+with its own comm hook, fp16/bf16 parameters, or a step whose loss was not given) the numbers are
+gathered as by default.
+
 Detectors (``SdcDetectors`` arguments turn them on and off):
 
 ``nonfinite``
@@ -49,8 +67,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from chaos.probe import Probe, local_tensor
+from chaos.probe.fused import FUSABLE_DTYPES, GradientChannel
 
 Alarm = dict[str, Any]
 
@@ -69,6 +89,16 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
+def log_norm(sq: float) -> float:
+    """log10 of the norm whose square is ``sq`` (−30 for 0 or NaN: no norm to judge)."""
+    return math.log10(math.sqrt(sq)) if sq > 0 else -30.0
+
+
+def log_loss(loss: float) -> float:
+    """log10 of a loss (−30 for a loss ≤ 0 or NaN)."""
+    return math.log10(loss) if loss > 0 else -30.0
+
+
 def robust_z(value: float, history: deque[float]) -> float:
     """Modified z-score of ``value`` against ``history`` (0 when the history has no spread)."""
     data = sorted(history)
@@ -81,10 +111,24 @@ def robust_z(value: float, history: deque[float]) -> float:
     return 0.6745 * (value - median) / mad
 
 
+def upward_z(value: float, history: deque[float]) -> float:
+    """:func:`robust_z` where ``value`` is above the history's median, else 0 (no upward spike: the
+    median absolute deviation is not computed)."""
+    data = sorted(history)
+    n = len(data)
+    return robust_z(value, history) if value > (data[n // 2] + data[(n - 1) // 2]) / 2 else 0.0
+
+
+_FIELDS = 7  # what each rank sends in the gradient all-reduce, see SdcDetectors._outbox
+
+
 class SdcDetectors:
-    """The detectors of one rank. Create after wrapping the model in DDP; call, on every rank:
+    """The detectors of one rank. Create after wrapping the model in DDP (pass the wrapper: then the
+    numbers ride in its all-reduce); call, on every rank:
 
     - :meth:`begin_step` before the forward pass;
+    - :meth:`before_backward` with the loss, before ``backward()`` (with DDP: it lets the loss ride in
+      the gradient all-reduce; without it a step gathers the numbers in a collective of its own);
     - :meth:`check_gradients` after ``backward()`` and before ``optimizer.step()``;
     - :meth:`check_replay` after :meth:`check_gradients`, when ``replay`` is on;
     - :meth:`check_replicas` after ``optimizer.step()``.
@@ -94,7 +138,7 @@ class SdcDetectors:
 
     def __init__(self, probe: Probe, model: torch.nn.Module, *, nonfinite: bool = True, spike: bool = True,
                  digest_every: int = 10, replay: bool = False, window: int = 100, warmup: int = 50,
-                 z_threshold: float = 8.0) -> None:
+                 z_threshold: float = 8.0, fused: bool = False) -> None:
         self.probe = probe
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         module = getattr(model, "module", model)
@@ -111,10 +155,23 @@ class SdcDetectors:
         self._local_bad = False
         self._local_sq = 0.0
         self._replays = 0
+        self._loss: torch.Tensor | None = None
+        self._checked = 0  # the step of the last check_gradients
+        self._pending: tuple[bool, float] | None = None  # this rank's gradient changed after the last
+        # all-reduce (non-finite?, log10 norm), not yet reported to the others
+        self._report_step = 0  # the step the reports in this step's all-reduce are about
         self.enabled = nonfinite or spike or replay or digest_every > 0
+        self.channel: GradientChannel | None = None
         if (nonfinite or spike) and not self.sharded:  # a sharded parameter's hook never sees a local gradient
-            for p in self.params:
-                p.register_hook(self._hook)
+            if (fused and isinstance(model, DistributedDataParallel) and model.process_group.size() == self.world
+                    and all(p.dtype in FUSABLE_DTYPES for p in self.params)):
+                try:
+                    self.channel = GradientChannel(model, _FIELDS, self._outbox)
+                except (RuntimeError, ValueError):  # the job has its own communication hook: gather instead
+                    self.channel = None
+            if self.channel is None:
+                for p in self.params:
+                    p.register_hook(self._hook)
 
     def _hook(self, grad: torch.Tensor) -> None:
         # runs on this rank's own gradient, before DDP averages it across ranks
@@ -126,32 +183,82 @@ class SdcDetectors:
         else:
             self._local_sq += sq
 
+    def _outbox(self) -> list[float]:
+        """This rank's numbers for the gradient all-reduce: local gradient non-finite, its log10 norm,
+        the loss, whether the loss was given, and a report of a change after the last all-reduce
+        (reported, non-finite, log10 norm)."""
+        ch = self.channel
+        assert ch is not None
+        report, self._pending, self._report_step = self._pending, None, self._checked
+        return [float(ch.local_bad), log_norm(ch.local_sq), float(self._loss) if self._loss is not None else 0.0,
+                float(self._loss is not None), float(report is not None), float(report is not None and report[0]),
+                report[1] if report is not None else 0.0]
+
     def begin_step(self, step: int) -> None:
         self.step = step
         self._local_bad = False
         self._local_sq = 0.0
+        self._loss = None
+        if self.channel is not None:
+            self.channel.reset()
 
-    def _alarm(self, detector: str, suspected: list[int], **evidence: Any) -> Alarm:
+    def before_backward(self, loss: torch.Tensor) -> None:
+        """The step's loss, before ``backward()``: with DDP it rides in the gradient all-reduce."""
+        self._loss = loss.detach()
+
+    def _alarm(self, detector: str, suspected: list[int], step: int | None = None, **evidence: Any) -> Alarm:
         alarm = {"detector": detector, "suspected_ranks": suspected, "evidence": evidence}
-        self.probe.emit("sdc_alarm", step=self.step, **alarm)
+        self.probe.emit("sdc_alarm", step=self.step if step is None else step, **alarm)
         return alarm
 
+    def _post_sq(self) -> float:
+        grads = [local_tensor(p.grad) for p in self.params if p.grad is not None]  # a sharded model: own shards
+        return float(sum(g.detach().double().pow(2).sum() for g in grads)) if grads else 0.0
+
     def check_gradients(self, loss: torch.Tensor) -> list[Alarm]:
-        """Non-finite and spike checks of this step's loss and gradients (collective)."""
+        """Non-finite and spike checks of this step's loss and gradients (collective unless the numbers
+        came with the gradient all-reduce)."""
         if not (self.nonfinite or self.spike):
             return []
-        grads = [local_tensor(p.grad) for p in self.params if p.grad is not None]  # a sharded model: own shards
-        post_sq = float(sum(g.detach().double().pow(2).sum() for g in grads)) if grads else 0.0
+        ch = self.channel
+        table = ch.table.tolist() if ch is not None and ch.table is not None else None
+        alarms = [] if table is None else self._deferred(
+            [(table[4][r] > 0, table[5][r] > 0, table[6][r]) for r in range(self.world)], self._report_step)
+        if table is not None and all(v > 0 for v in table[3]):
+            assert ch is not None
+            reduced_bad, post_x = not math.isfinite(ch.reduced_sq), log_norm(ch.reduced_sq)
+            rows = [(table[0][r] > 0, reduced_bad or not math.isfinite(table[2][r]), table[1][r], post_x,
+                     log_loss(table[2][r])) for r in range(self.world)]
+            now = self._judge(rows)
+            if not now and ch.changed_after_reduce():  # only this rank sees it: report it in the next collective
+                post_sq = self._post_sq()
+                self._pending = (not math.isfinite(post_sq), log_norm(post_sq))
+        else:
+            now = self._judge(self._gather(loss))
+        self._checked = self.step
+        return alarms + now
+
+    def _gather(self, loss: torch.Tensor) -> list[tuple[bool, bool, float, float, float]]:
+        """Every rank's (local non-finite, reduced non-finite, local log norm, reduced log norm, log loss),
+        gathered in a collective of its own."""
+        ch = self.channel
+        local_bad, local_sq = (ch.local_bad, ch.local_sq) if ch is not None else (self._local_bad, self._local_sq)
+        post_sq = self._post_sq()
         loss_v = float(loss.detach())
-        mine = torch.tensor([float(self._local_bad), float(not math.isfinite(post_sq) or not math.isfinite(loss_v)),
-                             self._local_sq, post_sq, loss_v], dtype=torch.float64)
+        mine = torch.tensor([float(local_bad), float(not math.isfinite(post_sq) or not math.isfinite(loss_v)),
+                             local_sq, post_sq, loss_v], dtype=torch.float64)
         rows = [torch.zeros_like(mine) for _ in range(self.world)]
         dist.all_gather(rows, mine)
-        table = torch.stack(rows)
+        return [(float(t[0]) > 0, float(t[1]) > 0, log_norm(float(t[2])), log_norm(float(t[3])), log_loss(float(t[4])))
+                for t in rows]
+
+    def _judge(self, rows: list[tuple[bool, bool, float, float, float]]) -> list[Alarm]:
+        """Alarms from every rank's (local non-finite, reduced non-finite, local log norm, reduced log norm,
+        log loss); a clean step's values enter the spike windows."""
         alarms: list[Alarm] = []
         if self.nonfinite:
-            local = [r for r in range(self.world) if table[r, 0] > 0]
-            post = [r for r in range(self.world) if table[r, 1] > 0]
+            local = [r for r in range(self.world) if rows[r][0]]
+            post = [r for r in range(self.world) if rows[r][1]]
             if local or post:
                 alarms.append(self._alarm(
                     "nonfinite", local or post, where="local gradient before all-reduce" if local else
@@ -160,13 +267,11 @@ class SdcDetectors:
             spikes: dict[int, dict[str, float]] = {}
             observed: list[tuple[deque[float], float]] = []
             for r in range(self.world):
-                for col, what in ((2, "local_grad_norm"), (3, "grad_norm"), (4, "loss")):
-                    value = float(table[r, col])
-                    x = math.log10(math.sqrt(value) if col != 4 else value) if value > 0 else -30.0
+                for x, what in ((rows[r][2], "local_grad_norm"), (rows[r][3], "grad_norm"), (rows[r][4], "loss")):
                     hist = self.windows.setdefault((what, r), deque(maxlen=self.window))
                     observed.append((hist, x))
                     if len(hist) >= self.warmup:
-                        z = robust_z(x, hist)
+                        z = upward_z(x, hist)
                         if z > self.z_threshold:  # upward only: loss and norms fall fast in healthy training
                             spikes.setdefault(r, {})[what] = round(z, 1)
             if spikes:
@@ -180,6 +285,29 @@ class SdcDetectors:
                 for hist, x in observed:
                     hist.append(x)
         return alarms
+
+    def _deferred(self, reports: list[tuple[bool, float | bool, float]], step: int) -> list[Alarm]:
+        """Alarms at ``step`` for the ranks whose gradient changed after that step's all-reduce, from their
+        reports (reported, non-finite, log10 norm of the changed gradient), one collective later."""
+        changed = [r for r in range(self.world) if reports[r][0]]
+        if not changed:
+            return []
+        where = "all-reduced gradient, changed on that rank after the all-reduce (reported one collective later)"
+        bad = [r for r in changed if reports[r][1]]
+        if self.nonfinite and bad:
+            return [self._alarm("nonfinite", bad, step=step, where=where, local_ranks=[], reduced_ranks=bad)]
+        spikes: dict[int, dict[str, float]] = {}
+        for r in changed if self.spike else []:
+            hist = self.windows.get(("grad_norm", r))
+            if hist is not None and len(hist) >= self.warmup:
+                z = upward_z(reports[r][2], hist)
+                if z > self.z_threshold:
+                    spikes[r] = {"grad_norm": round(z, 1)}
+        if not spikes:
+            return []
+        post = sorted(spikes)
+        return [self._alarm("spike", post if len(post) < self.world else list(range(self.world)), step=step,
+                            z_scores=spikes, threshold=self.z_threshold, where=where)]
 
     def check_replay(self, recompute: Callable[[], None]) -> list[Alarm]:
         """Recompute the step with ``recompute`` (it must zero the gradients, restore the RNG state,
@@ -221,16 +349,22 @@ class SdcDetectors:
         (collective). After another detector's alarm, a forced comparison tells which replica is odd."""
         if not force and (self.digest_every <= 0 or self.step % self.digest_every):
             return []
-        mine = torch.tensor([replica_digest(self.params)], dtype=torch.int64)
-        rows = [torch.zeros_like(mine) for _ in range(self.world)]
-        dist.all_gather(rows, mine)
-        digests = [int(r) for r in rows]
+        mine = [replica_digest(self.params)]
+        if self.channel is not None:  # a change after the last all-reduce not yet reported travels here first
+            report, self._pending = self._pending, None
+            bad, x = report if report is not None else (False, 0.0)
+            mine += [int(report is not None), int(bad), int(torch.tensor([x], dtype=torch.float64).view(torch.int64))]
+        rows = [torch.zeros(len(mine), dtype=torch.int64) for _ in range(self.world)]
+        dist.all_gather(rows, torch.tensor(mine, dtype=torch.int64))
+        alarms = [] if self.channel is None else self._deferred(
+            [(bool(t[1]), bool(t[2]), float(t[3:4].view(torch.float64))) for t in rows], self._checked)
+        digests = [int(t[0]) for t in rows]
         counts: dict[int, int] = {}
         for d in digests:
             counts[d] = counts.get(d, 0) + 1
         if len(counts) == 1:
-            return []
+            return alarms
         top = max(counts.values())
         majority = [d for d, c in counts.items() if c == top]
         suspected = [r for r, d in enumerate(digests) if len(majority) > 1 or d != majority[0]]
-        return [self._alarm("digest", suspected, digests={r: f"{d:016x}" for r, d in enumerate(digests)})]
+        return alarms + [self._alarm("digest", suspected, digests={r: f"{d:016x}" for r, d in enumerate(digests)})]
