@@ -18,7 +18,12 @@ Four measurements, in this order, in one process:
                shrink_runs=0)`` on the correct target (N = 10, ``--quick`` 4). Examples per minute =
                real runs / minutes of the search (``ExploreResult.elapsed_s``). Each example's wall time
                is taken from ``run_scenario``'s call to its return (an observer), and its journal is cut
-               into consecutive phases that add up to that wall time (below).
+               into consecutive phases that add up to that wall time (below). The search runs warm
+               (``chaos explore``'s default, ``chaos.warm``: agents forked from a server the search
+               keeps, workers from their agent's zygote; the first run starts the server).
+  cold         the same search with ``launcher="cold"`` (each agent and worker a new interpreter, as
+               before the warm launcher): its examples per minute, and the verdicts of every schedule
+               both searches ran, compared.
   ratio        interleaved rounds (5, ``--quick`` 2; order rotated per round) of: plain torchrun of the
                schedule-free job (``runner_overhead.run_plain``: ``python -m torch.distributed.run``
                with the local backend's torchrun flags and environment, probe off); the same with the
@@ -75,7 +80,18 @@ import yaml
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import ForeignLoad, clean_env, median, new_dir, quiet_first, retry, timed_run, tmpdir_env
+from benchmarks._common import (
+    BenchResult,
+    ForeignLoad,
+    Row,
+    clean_env,
+    median,
+    new_dir,
+    quiet_first,
+    retry,
+    timed_run,
+    tmpdir_env,
+)
 from benchmarks.explore_phases import phases
 from benchmarks.explore_report import render
 from benchmarks.runner_overhead import run_plain, run_runner
@@ -227,6 +243,25 @@ def time_runner_pieces(explorer_scenario: Scenario, results: list[RunResult], re
 
 
 
+def cold_search(scenario: Scenario, n: int, tmp: Path, warm: Any) -> dict[str, Any]:
+    """The same search with ``launcher="cold"`` (every agent and worker a new interpreter): its rate,
+    and whether every schedule both searches ran got the same verdicts."""
+    print(f"search, cold launcher: {n} examples ...", flush=True)
+    cold = Explorer(scenario, families=["kill"], max_examples=n, seed=SEED, database=False,
+                    runs_dir=tmp / "explore-cold", shrink_runs=0, launcher="cold").run()
+
+    def verdicts(result: Any) -> dict[str, dict[str, str]]:
+        return {e.schedule.key(): {v.check: v.status for v in e.result.verdicts}
+                for e in result.examples if e.result is not None}
+
+    a, b = verdicts(warm), verdicts(cold)
+    both = sorted(set(a) & set(b))
+    print(f"  {cold.runs} runs in {cold.elapsed_s:.1f} s; {len(both)} schedules run by both searches", flush=True)
+    return {"runs": cold.runs, "elapsed_s": cold.elapsed_s, "compared": len(both),
+            "same_verdicts": sum(1 for k in both if a[k] == b[k]),
+            "differ": [k for k in both if a[k] != b[k]]}
+
+
 def run(quick: bool, examples: int | None, rounds: int | None) -> dict[str, Any]:
     n = examples or (4 if quick else 10)
     rounds = rounds or (2 if quick else 5)
@@ -271,6 +306,7 @@ def run(quick: bool, examples: int | None, rounds: int | None) -> dict[str, Any]
                       f"failed {e.failed or '-'}: {ph.schedule}", flush=True)
             print(f"  {result.runs} runs in {result.elapsed_s:.1f} s; stopped: {result.stopped}", flush=True)
             out["pieces"] = time_runner_pieces(explorer.base, [e.result for e in runs if e.result])
+            out["cold"] = cold_search(scenario, n, tmp, result)
 
             print(f"ratios: {rounds} rounds ...", flush=True)
             empty = empty_scenario()
@@ -304,6 +340,23 @@ def run(quick: bool, examples: int | None, rounds: int | None) -> dict[str, Any]
     out["duration_s"] = time.perf_counter() - t_begin
     return out
 
+
+
+def bench(quick: bool = False) -> BenchResult:
+    """For ``run_all``: measure, write ``EXPLORE.md``, return the examples-per-minute rows."""
+    data = run(quick, None, None)
+    OUT.write_text(render(data), encoding="utf-8")
+    result, cold = data["result"], data["cold"]
+    rate = result.runs / (result.elapsed_s / 60)
+    cold_rate = cold["runs"] / (cold["elapsed_s"] / 60)
+    rows = [Row("examples per minute, warm launcher (chaos explore's default)", rate, "per min", "≥ 30", rate >= 30),
+            Row("examples per minute, the same search cold", cold_rate, "per min"),
+            Row("warm / cold", rate / cold_rate, "ratio"),
+            Row(f"schedules both searches ran with the same verdicts (of {cold['compared']})", cold["same_verdicts"],
+                "schedules")]
+    return BenchResult("explore rate", "See benchmarks/EXPLORE.md (python -m benchmarks.explore_rate).", rows,
+                       [f"{cold['compared'] - cold['same_verdicts']} schedule(s) judged differently warm and cold"]
+                       if cold["differ"] else [])
 
 
 def main() -> None:

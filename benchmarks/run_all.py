@@ -1,7 +1,9 @@
 """Run every benchmark and write ``benchmarks/RESULTS.md``.
 
-Order: probe overhead, runner overhead, step accuracy, journal scale (about 6, 3, 6 and 15 minutes in
-full on a 2-core machine; ``--quick`` takes a few minutes in all). The CPU used by other processes during each
+Order: probe overhead, runner overhead, step accuracy, journal scale, runner scale, detector overhead,
+explore rate, disk fault (about 6, 3, 6, 15, 3, 7, 7 and 5 minutes in full on a 2-core machine;
+``--quick`` takes about a quarter of that). Each of the last four also writes its own report
+(``RUNNER_SCALE.md``, ``DETECTOR_OVERHEAD.md``, ``EXPLORE.md``, ``DISK_FAULT.md``). The CPU used by other processes during each
 benchmark goes into the report, because on a small machine anything else running skews the ratios.
 
 Run: ``python -m benchmarks.run_all [--quick] [--out PATH] [--wait-quiet-s S]``.
@@ -19,7 +21,16 @@ if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import journal_scale, probe_overhead, runner_overhead, step_accuracy
+from benchmarks import (
+    detector_overhead,
+    disk_fault,
+    explore_rate,
+    journal_scale,
+    probe_overhead,
+    runner_overhead,
+    runner_scale,
+    step_accuracy,
+)
 from benchmarks._common import QUIET_CPUS, BenchResult, ForeignLoad, machine, wait_quiet
 from benchmarks._report import met, mode_line, preamble, table, text
 
@@ -28,6 +39,10 @@ BENCHMARKS: list[tuple[str, Callable[[bool], BenchResult]]] = [
     ("runner_overhead", runner_overhead.run),
     ("step_accuracy", step_accuracy.run),
     ("journal_scale", journal_scale.run),
+    ("runner_scale", runner_scale.run),
+    ("detector_overhead", detector_overhead.run),
+    ("explore_rate", explore_rate.bench),
+    ("disk_fault", disk_fault.run),  # needs root and /dev/fuse
 ]
 DEFAULT_OUT = Path(__file__).resolve().parent / "RESULTS.md"
 __all__ = ["BENCHMARKS", "QUIET_CPUS", "render_markdown", "wait_quiet"]

@@ -97,11 +97,13 @@ def test_the_explore_report_renders_and_points_at_the_findings(monkeypatch: pyte
          "result": SimpleNamespace(elapsed_s=14.5, runs=2, generated=2, found=False, stopped="budget"),
          "phases": ph, "pieces": {"preflight": 0.001}, "samples": {c: [4.0, 4.4] for c in configs},
          "extra": {c: [0.1, 0.3] for c in configs}, "kill_restarts": [1, 1], "foreign": (0.0, 0.1),
-         "duration_s": 60.0}
+         "duration_s": 60.0, "cold": {"runs": 2, "elapsed_s": 29.0, "compared": 2, "same_verdicts": 2, "differ": []}}
     out = explore_report.render(d)
     assert out.startswith("# Exploration rate: `chaos explore` on the bundled 2-rank target\n")
     assert "- command: `python -m benchmarks.explore_rate --quick` (2 examples, 2 ratio rounds)" in out
-    assert "| **examples per minute** (runs / minutes of the search) | **8.28** |" in out
+    assert "| **examples per minute** (runs / minutes of the search), warm launcher | **8.28** — goal ≥ 30: not met |" in out
+    assert "| examples per minute of the same search with `launcher=\"cold\"` | 4.14 (warm / cold: 2.00×) |" in out
+    assert "| schedules both searches ran / with the same verdicts | 2 / 2 |" in out
     assert "[EXPLORE_FINDINGS.md](EXPLORE_FINDINGS.md)" in out
     assert "| torchrun's own agent (plain torchrun with the probe) | 0.20 | 0.10–0.30 |" in out
     assert "| 1 | kill rank 0 | 1 | 9.00 |" in out and out.endswith("- a note\n")
