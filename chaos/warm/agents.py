@@ -98,10 +98,11 @@ def main() -> None:
     import importlib
 
     from chaos.warm import PRELOAD
-    from chaos.warm.become import become
+    from chaos.warm.become import become, current_identity, set_identity
     from chaos.warm.forks import serve
 
     sock = socket.socket(fileno=int(sys.argv[1]))
+    set_identity(*current_identity())  # OSError here (no PR_SET_MM_MAP): the server is gone, agents start cold
     for name in PRELOAD:
         importlib.import_module(name)
     request = serve(sock)  # returns in an agent

@@ -141,7 +141,10 @@ def _install(client: Client) -> None:
                 return super()._popen(args, env)
             files = {name: f.fileno() for name, f in (("stdout", self._stdout), ("stderr", self._stderr)) if f}
             request = {"argv": list(args), "args": script, "env": env, "cwd": os.getcwd()}
-            return WarmProcess(client, list(args), client.spawn(request, files))
+            try:
+                return WarmProcess(client, list(args), client.spawn(request, files))
+            except OSError:  # the zygote is gone (e.g. a preload failed in this interpreter): start it cold
+                return super()._popen(args, env)
 
     def get_subprocess_handler(entrypoint: str, args: tuple, env: dict[str, str], stdout: str, stderr: str,
                                local_rank_id: int, numa_options: Any = None) -> SubprocessHandler:
