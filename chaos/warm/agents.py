@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from chaos.warm import ENV
+from chaos.warm.become import ignored_signals
 from chaos.warm.forks import Client, WarmProcess
 
 AGENT = "chaos.agent_main"
@@ -49,7 +50,7 @@ class AgentServer:
     def spawn(self, cmd: list[str], env: dict[str, str], cwd: str, log: int) -> WarmProcess:
         """An agent for ``cmd`` (``[python, "-m", "chaos.agent_main", *args]``) with ``env``, in
         ``cwd``, its stdout and stderr on descriptor ``log``. Raises :class:`OSError` if the server is gone."""
-        request = {"argv": cmd, "args": cmd[3:], "env": env, "cwd": cwd}
+        request = {"argv": cmd, "args": cmd[3:], "env": env, "cwd": cwd, "ignored": ignored_signals()}
         return WarmProcess(self.client, cmd, self.client.spawn(request, {"stdout": log, "stderr": log}))
 
     def close(self) -> None:

@@ -71,10 +71,35 @@ def current_identity() -> tuple[list[str], dict[str, str]]:
     return argv, env
 
 
+def ignored_signals() -> list[int]:
+    """The signals this process ignores now: what an ``exec`` from it would pass on as ignored
+    (``subprocess.Popen`` resets SIGPIPE and SIGXFSZ first; every handled signal becomes SIG_DFL)."""
+    skip = {signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ}
+    return sorted(int(s) for s in signal.valid_signals() if s not in skip and signal.getsignal(s) == signal.SIG_IGN)
+
+
+def exec_signals(ignored: list[int]) -> None:
+    """The signal dispositions a new Python interpreter would start with, exec'd by a process that
+    ignored ``ignored``: those stay ignored, every other is SIG_DFL, then what Python itself sets at
+    start-up (SIGINT raises KeyboardInterrupt unless ignored; SIGPIPE and SIGXFSZ ignored)."""
+    for signum in signal.valid_signals():
+        if signum in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            signal.signal(signum, signal.SIG_IGN if signum in ignored else signal.SIG_DFL)
+        except (OSError, ValueError):  # one the C library reserves for itself
+            continue
+    if signal.SIGINT not in ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
 def become(request: dict[str, Any]) -> None:
     """In a fork server's child: take the request's session, descriptors, directory, environment,
-    identity and signal handlers (``argv``: the command it stands for; ``env``; ``cwd``;
-    ``fds``: ``stdout``/``stderr`` → descriptor; ``signals``: the handlers the server replaced)."""
+    identity and signal dispositions (``argv``: the command it stands for; ``env``; ``cwd``;
+    ``fds``: ``stdout``/``stderr`` → descriptor; ``ignored``: the signals its parent ignored when
+    it asked, :func:`ignored_signals`)."""
     os.setsid()
     fds = request["fds"]
     for target, name in ((1, "stdout"), (2, "stderr")):
@@ -87,5 +112,4 @@ def become(request: dict[str, Any]) -> None:
     set_identity(request["argv"], request["env"])
     for stream in (sys.stdout, sys.stderr):  # torchrun runs its workers with -u; chaos's agents get PYTHONUNBUFFERED
         stream.reconfigure(write_through=True)  # type: ignore[union-attr]
-    for signum, handler in request["signals"].items():
-        signal.signal(signum, handler)
+    exec_signals(request["ignored"])

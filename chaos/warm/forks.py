@@ -31,8 +31,7 @@ _IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the server outlives
 
 def serve(sock: socket.socket) -> dict[str, Any]:
     """The server's loop. Returns only in a forked child: its request, a dict with the client's
-    fields and ``fds`` (name → descriptor received) and ``signals`` (the handlers to restore)."""
-    saved = {s: signal.getsignal(s) for s in _IGNORED}
+    fields and ``fds`` (name → descriptor received); the child sets its own signal dispositions."""
     for s in _IGNORED:
         signal.signal(s, signal.SIG_IGN)
     children: dict[int, int] = {}  # pidfd → pid, until it ends
@@ -72,7 +71,6 @@ def serve(sock: socket.socket) -> dict[str, Any]:
                     for other in [*children, *pending]:
                         os.close(other)
                     sock.close()
-                    request["signals"] = saved
                     return request
                 for received in mine:
                     os.close(received)

@@ -36,7 +36,7 @@ import sys
 from typing import Any
 
 from chaos.warm import PRELOAD
-from chaos.warm.become import become, current_identity, set_identity
+from chaos.warm.become import become, current_identity, ignored_signals, set_identity
 from chaos.warm.forks import Client, WarmProcess, serve
 
 
@@ -140,7 +140,8 @@ def _install(client: Client) -> None:
             if script is None:
                 return super()._popen(args, env)
             files = {name: f.fileno() for name, f in (("stdout", self._stdout), ("stderr", self._stderr)) if f}
-            request = {"argv": list(args), "args": script, "env": env, "cwd": os.getcwd()}
+            request = {"argv": list(args), "args": script, "env": env, "cwd": os.getcwd(),
+                       "ignored": ignored_signals()}
             try:
                 return WarmProcess(client, list(args), client.spawn(request, files))
             except OSError:  # the zygote is gone (e.g. a preload failed in this interpreter): start it cold
