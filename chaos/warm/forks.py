@@ -49,7 +49,7 @@ def serve(sock: socket.socket) -> dict[str, Any]:
                 assert info is not None  # it has ended (its pidfd is readable)
                 code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
                 ended.add(pid)
-                _send(sock, ("exit", pid, code))
+                _tell(sock, ("exit", pid, code))
                 continue
             data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 16)
             if not data:
@@ -75,7 +75,15 @@ def serve(sock: socket.socket) -> dict[str, Any]:
                 for received in mine:
                     os.close(received)
                 children[os.pidfd_open(pid)] = pid
-                _send(sock, ("pid", pid))
+                _tell(sock, ("pid", pid))
+
+
+def _tell(sock: socket.socket, message: object) -> None:
+    """The server's answer; the server leaves quietly if its client is gone meanwhile."""
+    try:
+        _send(sock, message)
+    except OSError:
+        os._exit(0)
 
 
 def _send(sock: socket.socket, message: object, fds: list[int] | None = None) -> None:
