@@ -21,3 +21,11 @@ PRELOAD = ("torch.distributed.run", "torch._dynamo", "torch.distributed.tensor")
 """What the servers import before their first fork: torchrun's agent and torch's own modules that
 every DDP job imports (``DistributedDataParallel.__init__`` imports ``torch._dynamo``, seconds of CPU
 with sympy) and FSDP2's DTensor. Never the target's own modules."""
+
+
+def preload() -> None:
+    """Import :data:`PRELOAD` (a no-op where it is imported already)."""
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)

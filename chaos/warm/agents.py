@@ -14,7 +14,6 @@ Run as ``python -m chaos.warm.agents FD``: the server, serving the socket ``FD``
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
 import sys
@@ -96,24 +95,16 @@ def server_for(cmd: list[str], env: dict[str, str]) -> AgentServer | None:
 
 def main() -> None:
     """The server: import torchrun and :data:`~chaos.warm.PRELOAD`, then fork an agent per request."""
-    import importlib
-
-    from chaos.warm import PRELOAD
-    from chaos.warm.become import become, current_identity, set_identity
+    from chaos.warm import preload
+    from chaos.warm.become import become, check_identity, run_module
     from chaos.warm.forks import serve
 
     sock = socket.socket(fileno=int(sys.argv[1]))
-    set_identity(*current_identity())  # OSError here (no PR_SET_MM_MAP): the server is gone, agents start cold
-    for name in PRELOAD:
-        importlib.import_module(name)
+    check_identity()  # OSError here (no PR_SET_MM_MAP): the server is gone, agents start cold
+    preload()
     request = serve(sock)  # returns in an agent
     become(request)
-    import runpy
-
-    sys.argv = ["-m", *request["args"]]
-    sys.path[0] = os.getcwd()
-    runpy._run_module_as_main(AGENT, alter_argv=True)  # type: ignore[attr-defined]  # what `python -m` runs
-
+    run_module(AGENT, request["args"])
 
 if __name__ == "__main__":
     main()

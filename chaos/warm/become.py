@@ -62,6 +62,22 @@ def set_identity(argv: list[str], env: dict[str, str]) -> None:
     _kept[:] = [arg_buf, env_buf]
 
 
+def check_identity() -> None:
+    """Raise :class:`OSError` where this process cannot set its own ``/proc`` identity
+    (:func:`set_identity` with what it says now, so nothing changes where it can)."""
+    set_identity(*current_identity())
+
+
+def run_module(name: str, args: list[str]) -> None:
+    """Run module ``name`` as ``__main__`` with ``args``, as ``python -m name args`` does (its
+    ``sys.argv``, the working directory first on ``sys.path``)."""
+    import runpy
+
+    sys.argv = ["-m", *args]
+    sys.path[0] = os.getcwd()
+    runpy._run_module_as_main(name, alter_argv=True)  # type: ignore[attr-defined]  # what `python -m` runs
+
+
 def current_identity() -> tuple[list[str], dict[str, str]]:
     """What /proc/self/cmdline and /proc/self/environ say now."""
     with open("/proc/self/cmdline", "rb") as f:

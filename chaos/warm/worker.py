@@ -35,8 +35,8 @@ import socket
 import sys
 from typing import Any
 
-from chaos.warm import PRELOAD
-from chaos.warm.become import become, current_identity, ignored_signals, set_identity
+from chaos.warm import preload
+from chaos.warm.become import become, check_identity, ignored_signals, run_module
 from chaos.warm.forks import Client, WarmProcess, serve
 
 
@@ -48,7 +48,7 @@ def start() -> dict[str, Any] | None:
     In a worker the zygote forked, this call returns again, with the worker's request: the caller
     then runs :func:`run_worker` with it. Call once, before torchrun starts any thread."""
     try:
-        set_identity(*current_identity())
+        check_identity()
     except OSError as exc:
         print(f"chaos: workers start cold: {exc}", file=sys.stderr)
         return None
@@ -57,10 +57,7 @@ def start() -> dict[str, Any] | None:
     sys.stderr.flush()
     if os.fork() == 0:
         ours.close()
-        import importlib
-
-        for name in PRELOAD:  # while the agent meets its peers (a no-op in an agent forked warm)
-            importlib.import_module(name)
+        preload()  # while the agent meets its peers (a no-op in an agent forked warm)
         return serve(theirs)
     theirs.close()
     _install(Client(ours))
@@ -74,11 +71,7 @@ def run_worker(request: dict[str, Any]) -> None:
     _fresh_state(request["env"])
     args: list[str] = request["args"]
     if args[0] == "-m":
-        import runpy
-
-        sys.argv = ["-m", *args[2:]]
-        sys.path[0] = os.getcwd()
-        runpy._run_module_as_main(args[1], alter_argv=True)  # type: ignore[attr-defined]  # what `python -m` runs
+        run_module(args[1], args[2:])
         return
     script = args[0]
     sys.argv = list(args)
