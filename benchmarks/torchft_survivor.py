@@ -52,7 +52,7 @@ from benchmarks._common import (
     retry,
     tmpdir_env,
 )
-from chaos.checks.replica_groups import group_steps, groups, hits, returns
+from chaos.checks.replica_facts import group_steps, groups, hits, returns
 from chaos.history import Event, History
 
 SCENARIO = ROOT / "scenarios" / "torchft-crash-group.yaml"

@@ -57,7 +57,7 @@ KINDS: tuple[Kind, ...] = (
          "restart_after_s", family="node", explore_order=8, kills=True, node_level=True, needs_regroup=True),
     Kind("node-restart", "start a crashed node again so it rejoins the rendezvous", node_level=True),
     _network("delay", "delay a node's outgoing packets (netem; NFQUEUE delayer where the kernel has no netem); "
-             "netns/docker", 4),
+             "netns/docker, or one torchft replica group of the local backend (its cgroup's packets)", 4),
     _network("loss", "drop a share of a node's outgoing packets (netem; iptables -m statistic); netns/docker", 5),
     _network("bandwidth", "cap a node's outgoing bandwidth (tc tbf); netns/docker", 6),
     _network("partition", "split the nodes in two sides that cannot reach each other (iptables); netns/docker", 7,

@@ -119,6 +119,8 @@ CAPABILITIES: tuple[Capability, ...] = (
                (f"{E2E}test_torchft.py::test_group_cut_off_from_the_lighthouse_is_dropped_from_the_quorum_then_rejoins",
                 f"{E2E}test_torchft.py::test_crashed_replica_group_heals_from_its_peer_while_the_other_trains_on"),
                (f"{E2E}test_torchft.py",)),
+    Capability("fault: delay of one torchft replica group (NFQUEUE delayer on the group's cgroup, local backend)",
+               (f"{E2E}test_torchft.py::test_delayed_group_slows_its_peer_without_a_restart_or_a_quorum_change",)),
     Capability("black-box target (an unchanged script: log lines, exit codes, checkpoint files)",
                (f"{E2E}test_blackbox.py::test_atomic_tutorial_resumes_after_a_kill_on_its_log_line_and_says_what_it_cannot_tell",
                 f"{E2E}test_blackbox.py::test_bad_black_box_config_exits_2_naming_the_field_and_the_fix"),

@@ -186,11 +186,11 @@ class GroupRuntime:
                 del self.cgroups[node]
 
 
-def require_cgroup(runtime: GroupRuntime | None, node: int) -> str:
-    """Group ``node``'s cgroup path for an iptables rule. Raises :class:`~chaos.errors.ChaosError`
-    when the run has none."""
+def require_cgroup(runtime: GroupRuntime | None, node: int, fault: str) -> str:
+    """Group ``node``'s cgroup path for an iptables rule of ``fault`` (its name, for the error). Raises
+    :class:`~chaos.errors.ChaosError` when the run has none."""
     path = runtime.cgroup_path(node) if runtime is not None else None
     if path is None:
-        raise ChaosError(f"lighthouse-partition: replica group {node} has no cgroup of its own "
+        raise ChaosError(f"{fault}: replica group {node} has no cgroup of its own "
                          f"({cgroup_status()[1]})")
     return path

@@ -6,202 +6,30 @@ Lighthouse that forms a quorum of the groups that heartbeat to it. Probe events 
 ``replica_group_id`` (torchft's REPLICA_GROUP_ID); ``step`` events carry ``quorum_id``, ``participants``
 (replica groups in the step's quorum), ``healed`` and a bitwise parameter ``digest``; a ``heal`` event says a worker's state was
 replaced by a peer's. A fault *hits* a group when it kills, disrupts or cuts (its kinds-table row) the
-group's node or one of its ranks; see :func:`hits`. Times in verdicts are seconds after the run's start
-(``t+12.3 s``).
+group's node or one of its ranks; see :func:`chaos.checks.replica_facts.hits`, where what the three checks
+read from the history is. Times in verdicts are seconds after the run's start (``t+12.3 s``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from chaos.checks.base import CheckContext, Status, Unknown, Verdict, attempt, check, require, short
+from chaos.checks.replica_facts import (
+    Return,
+    group_steps,
+    groups,
+    groups_word,
+    hits,
+    label,
+    rel,
+    returns,
+    starts_after,
+    window_end,
+)
 from chaos.history import Event, History
 
 DEFAULT_MAX_STALL_S = 60.0  # when neither the torchft event nor the Lighthouse said its timeouts
 STALL_SLACK_S = 5.0  # added to the job's own timeouts: a busy machine's scheduling
 RATE_SPAN_S = 10.0  # the longest span the before / after step rates are measured over
-
-
-# -- who is who -------------------------------------------------------------------------------------
-
-def rank_groups(history: History) -> dict[int, int]:
-    """global rank → its replica group (the ``replica_group_id`` of its probe events; its ``node`` where none
-    carries one)."""
-    out: dict[int, int] = {}
-    for e in history.job_events("start", "torchft", "step", "quorum", "heal", "exit"):
-        rank = e.get("rank")
-        group = e.get("replica_group_id", e.get("node"))
-        if isinstance(rank, int) and isinstance(group, int) and (rank not in out or "replica_group_id" in e):
-            out[rank] = group
-    return out
-
-
-def groups(history: History) -> dict[int, list[int]]:
-    """replica group → its global ranks, ascending; groups ascending."""
-    out: dict[int, list[int]] = {}
-    for rank, group in sorted(rank_groups(history).items()):
-        out.setdefault(group, []).append(rank)
-    return dict(sorted(out.items()))
-
-
-def _rel(history: History, t: float) -> str:
-    start = history.run_start()
-    return f"t+{t - (t if start is None else start):.1f} s"
-
-
-def _groups(n: object) -> str:
-    return f"{n} group" if n == 1 else f"{n} groups"
-
-
-def _label(group_ids: tuple[int, ...] | list[int]) -> str:
-    return (f"replica group {group_ids[0]}" if len(group_ids) == 1 else
-            "replica groups " + ", ".join(map(str, group_ids)))
-
-
-# -- what the faults hit ----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Hit:
-    """A fault that hit replica groups: its ``fault_inject`` event, the groups it hit, when it acted
-    (``t``, Unix s) and when it was undone (``healed_t``: its ``fault_heal``, or for a node-crash without
-    one the next ``node-restart`` of that node; None: never, or an instant fault such as a kill)."""
-
-    fault: Event
-    groups: tuple[int, ...]
-    t: float
-    healed_t: float | None
-    kills: bool
-
-    @property
-    def name(self) -> str:
-        return str(self.fault.get("description") or self.fault.get("fault") or "a fault")
-
-
-def _hit_groups(fault: Event, by_rank: dict[int, int]) -> tuple[int, ...]:
-    """The groups a fault event names: its ``node`` (node-crash, pause of a node, lighthouse-partition),
-    ``select.agent`` / ``select.node``, else the groups of its ``rank`` / ``ranks``."""
-    select = fault.get("select") or {}
-    for node in (fault.get("node"), select.get("agent"), select.get("node")):
-        if isinstance(node, int) and not isinstance(node, bool):
-            return (node,)
-    ranks = list(fault.get("ranks") or []) + [r for r in (fault.get("rank"), select.get("rank")) if r is not None]
-    return tuple(sorted({by_rank[r] for r in ranks if isinstance(r, int) and r in by_rank}))
-
-
-def hits(history: History) -> list[Hit]:
-    """Every fault that hit a replica group, in time order: one whose kinds-table row kills, disrupts or
-    cuts, not carried out in the process (an SDC changes values, not who steps)."""
-    from chaos.kinds import row
-
-    by_rank = rank_groups(history)
-    heals = {e.get("fault_id"): float(e["t"]) for e in history.of("fault_heal")}
-    restarts = [e for e in history.faults() if e.get("fault") == "node-restart"]
-    out = []
-    for f in history.faults():
-        kind = row(f.get("fault"))
-        if kind.in_process or not (kind.kills or kind.disrupts or kind.cuts):
-            continue
-        hit = _hit_groups(f, by_rank)
-        if not hit:
-            continue
-        healed = heals.get(f.get("fault_id"))
-        if healed is None and kind.node_level and kind.kills:
-            healed = next((float(r["t"]) for r in restarts if r["t"] > f["t"] and r.get("node") in hit), None)
-        out.append(Hit(f, hit, float(f["t"]), healed, kind.kills))
-    return out
-
-
-# -- steps ------------------------------------------------------------------------------------------
-
-def group_steps(history: History, ranks: list[int]) -> list[Event]:
-    """The committed steps of one replica group: the ``step`` events of its lowest rank that reported
-    any (every rank of a group commits together), in time order."""
-    for rank in ranks:
-        found = [e for e in history.job_events("step") if e.get("rank") == rank]
-        if found:
-            return found
-    return []
-
-
-def _starts_after(history: History, ranks: list[int], after: float, until: float | None = None) -> list[Event]:
-    """``start`` events of ``ranks`` in (after, until] whose pid differs from that rank's worker before
-    ``after`` (a new worker: torchrun's restart, or a node brought back)."""
-    before: dict[int, int | None] = {}
-    out = []
-    for e in history.job_events("start"):
-        rank = e.get("rank")
-        if rank not in ranks:
-            continue
-        if e["t"] <= after:
-            before[rank] = e.get("pid")
-        elif (until is None or e["t"] <= until) and e.get("pid") != before.get(rank, -1):
-            out.append(e)
-            before[rank] = e.get("pid")
-    return out
-
-
-def _left_out(history: History, hit: Hit, count: int) -> Event | None:
-    """A step (of any group) while ``hit`` was in force whose quorum had fewer than ``count`` groups."""
-    end = hit.healed_t if hit.healed_t is not None else float("inf")
-    return next((e for e in history.job_events("step") if hit.t < e["t"] <= end
-                 and isinstance(e.get("participants"), int) and e["participants"] < count), None)
-
-
-@dataclass(frozen=True)
-class Return:
-    """A replica group that came back after a fault hit it: ``t`` (Unix s) when it did (its new worker's
-    ``start``, or the fault's heal after it was left out of the quorum), ``how`` in words, and its
-    first committed step after that (None: it never stepped again)."""
-
-    hit: Hit
-    group: int
-    t: float
-    how: str
-    first_step: Event | None
-
-
-def returns(history: History, hit_list: list[Hit] | None = None) -> list[Return]:
-    """Each group that returned after a fault hit it (of ``hit_list``, default :func:`hits`): a new worker
-    of it started before the next fault on it, or it stepped again after the fault's heal having been
-    left out of the quorum while the fault was in force; in the order of the hits."""
-    by_group = groups(history)
-    every = hits(history) if hit_list is None else hit_list
-    out = []
-    for hit in every:
-        for g in hit.groups:
-            ranks = by_group.get(g, [])
-            steps = group_steps(history, ranks)
-            # a start after the next fault on this group is that fault's return, not this one's
-            until = min((h.t for h in every if h.t > hit.t and g in h.groups), default=None)
-            started = _starts_after(history, ranks, hit.t, until)
-            if started:
-                s = started[0]
-                how = f"rank {s.get('rank')} started again (pid {s.get('pid')}, {attempt(s.get('restart'), True)})"
-                t = float(s["t"])
-            elif hit.healed_t is not None and (out_of := _left_out(history, hit, len(by_group))) is not None:
-                how = (f"stepped again after the heal, having been left out of the quorum "
-                       f"(quorum {out_of.get('quorum_id')} had {out_of.get('participants')} of {len(by_group)} groups)")
-                t = hit.healed_t
-            else:
-                continue
-            first = next((e for e in steps if e["t"] >= t), None)
-            out.append(Return(hit, g, t, how, first))
-    return out
-
-
-def _window_end(history: History, hit: Hit, back: list[Return]) -> float:
-    """End of the window a fault is judged over: the hit group's first step after it came back (after
-    the heal for a fault that does not kill), or the history's last event."""
-    last = float(history.events[-1]["t"])
-    firsts = [r.first_step["t"] for r in back if r.hit is hit and r.first_step is not None]
-    if firsts:
-        return float(min(firsts))
-    if not hit.kills and hit.healed_t is not None:
-        by_group = groups(history)
-        after = [e["t"] for g in hit.groups for e in group_steps(history, by_group.get(g, [])) if e["t"] > hit.healed_t]
-        if after:
-            return float(min(after))
-    return last
 
 
 # -- groups_kept_stepping ---------------------------------------------------------------------------
@@ -255,7 +83,7 @@ def _longest_stall(history: History, steps: list[Event], ranks: list[int], start
         if b["t"] - a["t"] > best:
             best, words = b["t"] - a["t"], f"steps {a.get('step')}→{b.get('step')}"
     if chain and stop - chain[-1]["t"] > best:
-        best, words = stop - chain[-1]["t"], f"after step {chain[-1].get('step')}, none until {_rel(history, stop)}"
+        best, words = stop - chain[-1]["t"], f"after step {chain[-1].get('step')}, none until {rel(history, stop)}"
     if not chain:
         best, words = stop - start, "no step at all"
     return best, words
@@ -269,7 +97,7 @@ def groups_kept_stepping(history: History, ctx: CheckContext) -> Verdict:
                        "node or ranks)")
     by_group = groups(history)
     if len(by_group) < 2:
-        raise Unknown(f"fewer than 2 replica groups in the history ({_label(list(by_group)) if by_group else 'none'}): "
+        raise Unknown(f"fewer than 2 replica groups in the history ({label(list(by_group)) if by_group else 'none'}): "
                       "no survivor to keep stepping")
     bound, bound_text = stall_bound(history, ctx)
     back = returns(history, hit_list)
@@ -277,7 +105,7 @@ def groups_kept_stepping(history: History, ctx: CheckContext) -> Verdict:
     worst = 0.0
     stepped = False
     for hit in hit_list:
-        end = _window_end(history, hit, back)
+        end = window_end(history, hit, back)
         span = end - hit.t
         lines = []
         for g, ranks in by_group.items():
@@ -285,9 +113,9 @@ def groups_kept_stepping(history: History, ctx: CheckContext) -> Verdict:
                 continue
             steps = group_steps(history, ranks)
             stepped = stepped or bool(steps)
-            for s in _starts_after(history, ranks, hit.t, end):
+            for s in starts_after(history, ranks, hit.t, end):
                 problems.append(f"replica group {g} restarted during {hit.name}: rank {s.get('rank')} started again "
-                                f"(pid {s.get('pid')}, {attempt(s.get('restart'), True)}) at {_rel(history, s['t'])}, "
+                                f"(pid {s.get('pid')}, {attempt(s.get('restart'), True)}) at {rel(history, s['t'])}, "
                                 f"{s['t'] - hit.t:.1f} s after the fault: a global restart, not a torchft recovery")
                 events.append(s)
             stall, where = _longest_stall(history, steps, ranks, hit.t, end)
@@ -301,7 +129,7 @@ def groups_kept_stepping(history: History, ctx: CheckContext) -> Verdict:
             lines.append(f"replica group {g} {_rate(steps, hit.t - before, hit.t)} steps/s before, "
                          f"{_rate(steps, hit.t, end)} during, {_rate(steps, end, end + after)} after, "
                          f"longest stall {stall:.1f} s ({where})")
-        parts.append(f"{hit.name} hit {_label(hit.groups)} at {_rel(history, hit.t)} for a {span:.1f} s window: "
+        parts.append(f"{hit.name} hit {label(hit.groups)} at {rel(history, hit.t)} for a {span:.1f} s window: "
                      + "; ".join(lines))
         events.append(hit.fault)
     if not stepped:
@@ -333,16 +161,16 @@ def peers_done(history: History, back: Return, by_group: dict[int, list[int]]) -
 
 
 def _too_late(history: History, back: Return, done: Event) -> str:
-    return (f"replica group {back.group} came back after {back.hit.name} ({_rel(history, back.t)}) after every "
+    return (f"replica group {back.group} came back after {back.hit.name} ({rel(history, back.t)}) after every "
             f"other group had finished (the last, replica group {done.get('replica_group_id')}, took its last step "
-            f"{done.get('step')} at {_rel(history, float(done['t']))}): there was no peer to heal from or rejoin; "
+            f"{done.get('step')} at {rel(history, float(done['t']))}): there was no peer to heal from or rejoin; "
             "give the job more steps (or slower ones) after the fault so the others are still training")
 
 
 def _judge_return(history: History, back: Return, by_group: dict[int, list[int]]) -> tuple[Status, str, list[Event]]:
     """(status, words, events) for one returning group."""
     g, ranks = back.group, by_group.get(back.group, [])
-    intro = f"replica group {g} came back after {back.hit.name} ({back.how}, {_rel(history, back.t)})"
+    intro = f"replica group {g} came back after {back.hit.name} ({back.how}, {rel(history, back.t)})"
     first = back.first_step
     if first is None:
         return "unknown", f"{intro} but never stepped again", []
@@ -371,7 +199,7 @@ def _judge_return(history: History, back: Return, by_group: dict[int, list[int]]
             return "failed", (f"{intro}, healed from a peer (heal to step {heal.get('step')}), but at step {e['step']} "
                               f"its digest {short(own[local])} differs from replica group {peer}'s {short(other)}"), [heal, e]
         return "ok", (f"{intro}, healed from a peer (heal to step {heal.get('step')}); at step {e['step']} its digest "
-                      f"{short(e['digest'])} equals {_label(sorted(theirs))}'s"), [heal, e]
+                      f"{short(e['digest'])} equals {label(sorted(theirs))}'s"), [heal, e]
     return "unknown", (f"{intro} and healed from a peer (heal to step {heal.get('step')}), but no other group "
                        "reported a digest for any step it took after the heal, so its state cannot be compared"), [heal]
 
@@ -428,7 +256,7 @@ def quorum_changes(history: History, ctx: CheckContext) -> Verdict:
     by_group = groups(history)
     count = len(by_group)
     limit = ctx.params.get("max_s")
-    listed = [f"quorum {q} ({_groups(n)}) at {_rel(history, t)}" for q, n, t in seen]
+    listed = [f"quorum {q} ({groups_word(n)}) at {rel(history, t)}" for q, n, t in seen]
     shown = ", ".join(listed[:12]) + (f", … {len(listed) - 12} more" if len(listed) > 12 else "")
     hit_list = hits(history)
     if not hit_list:
@@ -440,15 +268,15 @@ def quorum_changes(history: History, ctx: CheckContext) -> Verdict:
         survivors = [r for g, ranks in by_group.items() if g not in hit.groups for r in ranks]
         drop = _first_step(history, survivors, hit.t, False, count)
         if drop is None:
-            parts.append(f"after {hit.name} no survivor stepped in a quorum without {_label(hit.groups)}")
+            parts.append(f"after {hit.name} no survivor stepped in a quorum without {label(hit.groups)}")
         else:
             took = drop["t"] - hit.t
             longest = max(longest, took)
             parts.append(f"{hit.name}: survivors stepped in quorum {drop.get('quorum_id')} "
-                         f"({_groups(drop.get('participants'))}) {took:.1f} s later (step {drop.get('step')})")
+                         f"({groups_word(drop.get('participants'))}) {took:.1f} s later (step {drop.get('step')})")
             events.append(drop)
             if limit is not None and took > float(limit):
-                problems.append(f"dropping {_label(hit.groups)} after {hit.name} took {took:.1f} s, "
+                problems.append(f"dropping {label(hit.groups)} after {hit.name} took {took:.1f} s, "
                                 f"more than max_s={float(limit):g}")
         for r in (r for r in back if r.hit is hit):
             every = [rank for ranks in by_group.values() for rank in ranks]
@@ -459,8 +287,8 @@ def quorum_changes(history: History, ctx: CheckContext) -> Verdict:
             if full is None:
                 last = history.job_events("step")[-1]
                 tail = (f" (the last step, {last.get('step')} of replica group {last.get('replica_group_id')}, was in "
-                        f"quorum {last.get('quorum_id')} of {_groups(last.get('participants'))})")
-                problems.append(f"replica group {r.group} came back at {_rel(history, r.t)} ({r.how}) but never "
+                        f"quorum {last.get('quorum_id')} of {groups_word(last.get('participants'))})")
+                problems.append(f"replica group {r.group} came back at {rel(history, r.t)} ({r.how}) but never "
                                 f"rejoined: no step after it had all {count} groups in its quorum{tail}")
                 continue
             took = full["t"] - r.t

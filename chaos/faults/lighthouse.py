@@ -79,7 +79,7 @@ class LighthousePartition(SpecFault):
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:
         groups = env.backend.groups  # type: ignore[attr-defined]
-        cgroup = require_cgroup(groups, self.spec.node)
+        cgroup = require_cgroup(groups, self.spec.node, "lighthouse-partition")
         chain = self._chain(env)
         env.manifest.add("chain", **self._ids(env))  # written down before it is made
         self._installed = True

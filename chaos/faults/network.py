@@ -18,14 +18,14 @@ per node at a time: ``inject`` refuses a node whose root qdisc is already config
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from typing import Any
 
 from chaos.errors import CapabilityError, ChaosError
 from chaos.faults.base import FaultEnv, SpecFault
+from chaos.faults.delayer_run import RunDelayer, stop_strays
+from chaos.faults.group_delay import GroupDelay, has_replica_groups
 from chaos.net import tc
-from chaos.net.delayer import Delayer, find_delayers, stop_pid
 from chaos.net.iptables import (
     chain_name,
     inbound_loss_rules,
@@ -199,24 +199,26 @@ class _QdiscFault(_NetworkFault):
 
 class Delay(_QdiscFault):
     """Delay every packet ``spec.node`` sends by ``delay_ms`` ± ``jitter_ms`` ms: netem, or the
-    NFQUEUE delayer (a process in the node's namespace that this runner owns) without netem."""
+    NFQUEUE delayer (a process in the node's namespace that this runner owns) without netem. In a run
+    of torchft replica groups (local backend), :class:`~chaos.faults.group_delay.GroupDelay` does it."""
 
     def __init__(self, spec: DelayFault, fault_id: str) -> None:
         super().__init__(spec, fault_id)
         self.spec: DelayFault = spec
-        self._delayer: Delayer | None = None
-        self._delayer_ids: dict[str, Any] | None = None  # the delayer process, as the manifest has it
+        self._delayer = RunDelayer()
+        self._group = GroupDelay(spec, fault_id)
 
-    def _queue(self, env: FaultEnv) -> int:
-        """The NFQUEUE number, from the chain's name. Queue numbers are per network namespace
-        (nfnetlink_queue keeps its instances per netns since Linux 3.8: ``nfnl_queue_pernet()`` in
-        net/netfilter/nfnetlink_queue.c, commit "netfilter: nfnetlink_queue: add net namespace
-        support for nfnetlink_queue"; checked here: queue 7 binds in two namespaces at once, and a
-        second bind in one namespace fails), and the delayer runs in the node's own namespace, so
-        the same number in another run's node is no collision."""
-        return int(hashlib.sha256(self._chain(env).encode()).hexdigest()[:4], 16)
+    def preflight(self, env: FaultEnv) -> None:
+        if has_replica_groups(env):
+            return self._group.preflight(env)
+        return super().preflight(env)
+
+    def ready(self, env: FaultEnv) -> bool:
+        return self._group.ready(env) if has_replica_groups(env) else super().ready(env)
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:
+        if has_replica_groups(env):
+            return self._group.inject(env)
         s = self.spec
         net = self._net(env, s.node)
         mech = self.mechanism
@@ -225,34 +227,24 @@ class Delay(_QdiscFault):
                 ns, net.iface, s.delay_ms, s.jitter_ms, s.correlation_pct, handle=self._handle(env)))
             return {"mechanism": mech, **_where(net), **done, "delay_ms": s.delay_ms, "jitter_ms": s.jitter_ms}
         self._nets[net.node] = net
-        self._delayer = Delayer()
         _record_chain(env, net, self._chain(env))
-        started = self._delayer.start(net.netns(), net.iface, self._queue(env), self._chain(env),
-                                      s.delay_ms, s.jitter_ms, s.correlation_pct)
-        if net.remote is None:  # a remote host's delayer is its daemon's to stop (and pids there are not ours)
-            self._delayer_ids = env.manifest.add_process("delayer", started["delayer_pid"], node=net.node)
+        started = self._delayer.start(env, net.netns(), net.iface, self._chain(env), s, net.node)
         return {"mechanism": mech, **_where(net), **started, "delay_ms": s.delay_ms, "jitter_ms": s.jitter_ms}
 
     def heal(self, env: FaultEnv) -> dict[str, Any] | None:
         """Remove the netem qdisc, or the NFQUEUE chain and then the delayer (this object's, or one
         a crashed runner left, found by its chain name). Idempotent."""
+        if has_replica_groups(env):
+            return self._group.heal(env)
         if self.mechanism == "netem":
             return self._heal_qdisc(env, "netem")
-        done: dict[str, Any] = {}
-        if self._delayer is not None:
-            done.update(self._delayer.stop() or {})
-            self._delayer = None
-        if self._delayer_ids is not None:
-            env.manifest.release("process", **self._delayer_ids)
-            self._delayer_ids = None
+        done = self._delayer.stop(env)
         chain = self._chain(env)
         net = self._heal_net(env, self.spec.node)
         if net is not None and remove_chain(net.netns(), chain):
             done["chain"] = chain
         _release_chain(env, self._nets.get(self.spec.node) or net, chain)
-        stray = [pid for pid in find_delayers(chain) if stop_pid(pid)]
-        if stray:
-            done["stray_delayer_pids"] = stray
+        done.update(stop_strays(chain))
         if not done:
             return None
         return {"mechanism": "nfqueue", **(_where(net) if net else {"node": self.spec.node}), **done}

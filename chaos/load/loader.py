@@ -156,10 +156,12 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
                 f"{at(loc + ('fault',))}schedule[{i}].fault={short(fault_name)} acts through Slurm, which "
                 f"backend.kind={short(kind)} does not have; use backend: {{kind: slurm}}"
             )
-        if row(fault_name).network and kind == "local":
+        groups = kind == "local" and backend.get("replica_groups") is not None
+        if row(fault_name).network and kind == "local" and not (groups and fault_name == "delay"):
             out.append(
                 f"{at(loc + ('fault',))}schedule[{i}].fault={short(fault_name)} needs nodes with a network of their own, "
-                "which backend.kind='local' does not have; use backend: {kind: netns} (root) or {kind: docker}"
+                "which backend.kind='local' does not have (only delay acts on one of its torchft replica groups); "
+                "use backend: {kind: netns} (root) or {kind: docker}"
             )
         node_fields: list[tuple[tuple[Any, ...], Any]] = [(("node",), fault.get("node"))]
         between = fault.get("between")

@@ -265,9 +265,10 @@ class Delayer:
 
     def start(self, ns: Netns, iface: str, queue_num: int, chain: str, delay_ms: float, jitter_ms: float = 0,
               correlation_pct: float = 0, parent_pid: int | None = None, seed: int | None = None,
-              timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
+              timeout_s: float = START_TIMEOUT_S, cgroup: str | None = None) -> dict[str, Any]:
         """Delay the packets ``ns`` sends out of ``iface`` by ``delay_ms`` ± ``jitter_ms`` ms, through
-        NFQUEUE ``queue_num`` and iptables chain ``chain``. ``parent_pid`` (default: this process):
+        NFQUEUE ``queue_num`` and iptables chain ``chain``; with ``cgroup`` (relative to the cgroup v2
+        root), only those of that cgroup's processes. ``parent_pid`` (default: this process):
         the delayer exits when it is gone. Returns what was installed (pid, queue, chain).
 
         Raises :class:`~chaos.errors.ChaosError` (with the delayer's stderr) if it is not ready within
@@ -291,7 +292,7 @@ class Delayer:
         try:
             if ns.remote is None:
                 self._wait_ready(timeout_s)
-            install_chain(ns, chain, nfqueue_rules(queue_num, iface), ("OUTPUT",), after_ours=True)
+            install_chain(ns, chain, nfqueue_rules(queue_num, iface, cgroup), ("OUTPUT",), after_ours=True)
         except ChaosError:
             self.stop()
             raise

@@ -92,15 +92,18 @@ def partition_rules(peer_ips: list[str]) -> list[list[str]]:
     return rules
 
 
-def nfqueue_rules(queue_num: int, iface: str | None = None) -> list[list[str]]:
+def nfqueue_rules(queue_num: int, iface: str | None = None, cgroup: str | None = None) -> list[list[str]]:
     """A rule handing every packet sent out of ``iface`` (all when None) to NFQUEUE ``queue_num``
-    (0..65535), except those the delayer sends again (``DELAYER_MARK``). ``--queue-bypass``: while
-    no program listens on the queue (the delayer died), packets pass instead of being dropped.
+    (0..65535), except those the delayer sends again (``DELAYER_MARK``). ``cgroup`` (a path relative
+    to the cgroup v2 root): only packets of sockets made by processes of that cgroup. ``--queue-bypass``:
+    while no program listens on the queue (the delayer died), packets pass instead of being dropped.
 
     Raises :class:`~chaos.errors.ChaosError` if ``queue_num`` is out of range."""
     if not 0 <= queue_num <= 65535:
         raise ChaosError(f"nfqueue: queue_num={queue_num} must be in 0..65535")
     out = ["-o", iface, *_NOT_DELAYED] if iface else [*_NOT_DELAYED]
+    if cgroup:
+        out += ["-m", "cgroup", "--path", cgroup]
     return [[*out, "-j", "NFQUEUE", "--queue-num", str(queue_num), "--queue-bypass"]]
 
 

@@ -15,7 +15,8 @@ class _NodeNetwork(_Healable):
 
 
 class DelayFault(_NodeNetwork):
-    """Delay every packet the node sends (netem, or the NFQUEUE delayer where the kernel has no netem)."""
+    """Delay every packet the node sends (netem, or the NFQUEUE delayer where the kernel has no netem). With
+    backend.replica_groups, node N is replica group N: what its processes send on loopback is delayed."""
 
     fault: Literal["delay"]
     delay_ms: float = Field(gt=0, le=10_000, description="Added one-way delay, ms.")

@@ -1,6 +1,6 @@
 """End to end on real torchrun: a torchft job of two replica groups (``Manager``, ``ProcessGroupGloo``,
-torchft's DDP and Optimizer wrappers) with a real Lighthouse chaos starts, one group crashed or cut off
-from the Lighthouse while the other trains on.
+torchft's DDP and Optimizer wrappers) with a real Lighthouse chaos starts, one group crashed, killed, paused,
+delayed or cut off from the Lighthouse while the other trains on.
 
 Each check is shown passing on the correct target and failing on a deliberately broken variant.
 """
@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.chaos(requires=["torch", "torchft"])]
 
 CRASH = SCENARIOS / "torchft-crash-group.yaml"
 PARTITION = SCENARIOS / "torchft-lighthouse-partition.yaml"
+DELAY = SCENARIOS / "torchft-delay-group.yaml"
 
 
 def explain(result: RunResult) -> str:
@@ -87,4 +88,52 @@ def test_group_cut_off_from_the_lighthouse_is_dropped_from_the_quorum_then_rejoi
     assert {e["restart"] for e in of(result, "step") if e.get("rank") is not None} == {0}
     healed = result.verdict("healed_from_peer").explanation
     assert "left out of the quorum" in healed and "equals replica group 0's" in healed, healed
+    assert_nothing_left(result)
+
+
+def _rate(steps: list[dict], start: float, end: float) -> float:
+    return sum(1 for e in steps if start < e["t"] <= end) / (end - start)
+
+
+@pytest.mark.chaos(requires=["torch", "torchft", "root", "iptables", "cgroup2"])
+def test_delayed_group_slows_its_peer_without_a_restart_or_a_quorum_change(chaos_run) -> None:
+    result = chaos_run(DELAY)
+    result.assert_ok()
+    injected = of(result, "fault_inject", fault="delay")
+    assert injected and injected[0]["mechanism"] == "nfqueue -m cgroup" and injected[0]["cgroup"].endswith("-g1")
+    healed = of(result, "fault_heal", fault_id=injected[0]["fault_id"])
+    assert healed and healed[0].get("chain"), healed
+    t0, t1 = float(injected[0]["t"]), float(healed[0]["t"])
+    # the delay reached group 0 through the all-reduce: its own packets were not held, but it waited for group 1's
+    steps = of(result, "step", rank=0)
+    before, during = _rate(steps, t0 - 3, t0), _rate(steps, t0, t1)
+    assert during < before / 2, (before, during)
+    # a straggler, not a failure: nobody restarted and every step was taken by both groups together
+    assert {e["restart"] for e in of(result, "step") if e.get("rank") is not None} == {0}
+    assert {e.get("participants") for e in of(result, "step") if t0 < e["t"] <= t1} == {2}
+    assert_nothing_left(result)
+
+
+def test_paused_group_is_dropped_from_the_quorum_then_heals_from_its_peer(chaos_run) -> None:
+    # SIGSTOP of every process of group 1 for 5 s: its heartbeats stop, the Lighthouse drops it after 2 s,
+    # group 0 trains on alone; after SIGCONT group 1 finds itself behind, heals from group 0 and matches it
+    pause = {"fault": "pause", "select": {"node": 1}, "trigger": {"at_step": 30}, "duration_s": 5}
+    result = chaos_run(CRASH, overrides={"schedule": [pause]})
+    result.assert_ok()
+    assert {e["restart"] for e in of(result, "step") if e.get("rank") is not None} == {0}
+    healed = result.verdict("healed_from_peer").explanation
+    assert "left out of the quorum" in healed and "equals replica group 0's" in healed, healed
+    assert_nothing_left(result)
+
+
+def test_killed_rank_restarts_its_group_and_heals_from_its_peer(chaos_run) -> None:
+    # two groups of two ranks; SIGKILL of rank 3 (group 1's second rank): group 1's torchrun restarts both its
+    # workers (max_restarts), which heal from group 0; group 0's two ranks train on without a restart
+    kill = {"fault": "kill", "select": {"rank": 3}, "trigger": {"at_step": 30}}
+    result = chaos_run(CRASH, overrides={"backend": {"nproc_per_node": 2}, "schedule": [kill]})
+    result.assert_ok()
+    assert {e["restart"] for r in (0, 1) for e in of(result, "step", rank=r)} == {0}
+    assert all({e["restart"] for e in of(result, "step", rank=r)} == {0, 1} for r in (2, 3))
+    healed = result.verdict("healed_from_peer").explanation
+    assert "started again" in healed and "equals replica group 0's" in healed, healed
     assert_nothing_left(result)

@@ -112,6 +112,19 @@ schedule:
     assert "use backend: {kind: netns} (root) or {kind: docker}" in p
 
 
+def test_delay_of_a_replica_group_is_the_one_network_fault_the_local_backend_takes(tmp_path: Path) -> None:
+    text = f"""name: groups
+target: {{script: {TARGET}, steps: 10}}
+backend: {{kind: local, nodes: 2, nproc_per_node: 1, replica_groups: {{}}}}
+schedule:
+  - {{fault: FAULT, node: 1, trigger: {{at_time_s: 1}}, duration_s: 2}}
+"""
+    assert load_scenario(write(tmp_path, text.replace("FAULT", "delay, delay_ms: 50"))).schedule[0].fault == "delay"
+    (p,) = problems(tmp_path, text.replace("FAULT", "loss, percent: 5"))
+    assert "schedule[0].fault='loss' needs nodes with a network of their own" in p
+    assert "only delay acts on one of its torchft replica groups" in p
+
+
 def test_node_faults_are_checked_against_the_nodes(tmp_path: Path) -> None:
     found = problems(tmp_path, f"""name: bad
 target: {{script: {TARGET}, steps: 10}}

@@ -63,6 +63,12 @@ def test_nfqueue_rules_bypass_when_nobody_listens() -> None:
         nfqueue_rules(70000, "eth0")
 
 
+def test_nfqueue_rules_of_one_cgroup_on_loopback() -> None:
+    assert nfqueue_rules(7, "lo", "chaos-ab12-g1") == [["-o", "lo", *NOT_DELAYED, "-m", "cgroup", "--path",
+                                                       "chaos-ab12-g1", "-j", "NFQUEUE", "--queue-num", "7",
+                                                       "--queue-bypass"]]
+
+
 def test_netem_args() -> None:
     assert tc.netem_args(delay_ms=50) == ["delay", "50000us"]
     assert tc.netem_args(delay_ms=50, jitter_ms=5, correlation_pct=25) == ["delay", "50000us", "5000us", "25%"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from chaos.checks import CheckContext, run_check
 from chaos.checks.base import Verdict
-from chaos.checks.replica_groups import groups, hits
+from chaos.checks.replica_facts import groups, hits
 from chaos.history import History
 
 Ev = dict[str, Any]

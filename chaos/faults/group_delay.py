@@ -1,0 +1,104 @@
+"""``delay`` of one torchft replica group: what its processes send, held for ``delay_ms`` ± ``jitter_ms``.
+
+The groups of a ``local`` run share the host's loopback, so a group cannot be told apart by address;
+each group's agent runs in its own cgroup (v2, ``chaos-<token>-g<node>``, see
+:mod:`chaos.backends.replica_groups`). A chain in the host's filter table, jumped to from OUTPUT, hands
+what processes of that cgroup send on loopback to the NFQUEUE delayer (:mod:`chaos.net.delayer`, run
+by this runner in the host's namespace): ``-o lo -m cgroup --path <cgroup> -j NFQUEUE``. Every packet
+the group sends (to its peers' process group, to the Lighthouse, within the group) arrives late, as
+from a host behind a slow link; what the other groups send is untouched. The heal removes the chain,
+then stops the delayer. ``netem`` cannot be used here (a root qdisc on ``lo`` would delay every group).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+from chaos.backends.replica_groups import require_cgroup
+from chaos.cgroup2 import cgroup_status
+from chaos.errors import CapabilityError
+from chaos.faults.base import FaultEnv
+from chaos.faults.delayer_run import RunDelayer, stop_strays
+from chaos.faults.lighthouse import HOST_NS
+from chaos.net.iptables import chain_name, iptables_status, remove_chain
+from chaos.net.netns import Netns
+from chaos.scenario import DelayFault
+
+
+def has_replica_groups(env: FaultEnv) -> bool:
+    """True when the run's backend runs torchft replica groups (``backend.replica_groups``)."""
+    return getattr(env.backend, "groups", None) is not None
+
+
+class GroupDelay:
+    """The ``delay`` of replica group ``spec.node`` (see the module doc); :class:`chaos.faults.network.Delay`
+    hands its preflight, readiness, inject and heal to it when the run has replica groups."""
+
+    def __init__(self, spec: DelayFault, fault_id: str) -> None:
+        self.spec = spec
+        self.id = fault_id
+        self._delayer = RunDelayer()
+        self._chain_recorded = False
+
+    def preflight(self, env: FaultEnv) -> None:
+        """Raise :class:`~chaos.errors.CapabilityError` if the group does not exist, ``mechanism: netem``
+        was asked for, or cgroup v2, iptables or the NetfilterQueue package is missing."""
+        nodes = getattr(env.backend, "nodes", None)
+        if isinstance(nodes, int) and self.spec.node >= nodes:
+            raise CapabilityError("node", f"delay: replica group {self.spec.node} does not exist (the backend has "
+                                  f"{nodes}: 0..{nodes - 1})")
+        if self.spec.mechanism == "netem":
+            raise CapabilityError("sch_netem", "delay: mechanism: netem cannot delay one replica group (the groups "
+                                  "share loopback, and a qdisc on lo delays them all); use mechanism: auto (the "
+                                  "NFQUEUE delayer on the group's cgroup)")
+        ok, why = cgroup_status()
+        if not ok:
+            raise CapabilityError("cgroup v2", f"delay of a replica group: {why}")
+        ok, why = iptables_status()
+        if not ok or shutil.which("iptables") is None:
+            raise CapabilityError("iptables", f"delay of a replica group: {why}; apt-get install iptables")
+        import importlib.util
+
+        if importlib.util.find_spec("netfilterqueue") is None:
+            raise CapabilityError("netfilterqueue", "delay of a replica group needs the NetfilterQueue package "
+                                  "(apt-get install libnetfilter-queue-dev; pip install NetfilterQueue)")
+
+    def ready(self, env: FaultEnv) -> bool:
+        groups = env.backend.groups  # type: ignore[attr-defined]
+        return groups.cgroup_path(self.spec.node) is not None
+
+    def _chain(self, env: FaultEnv) -> str:
+        return chain_name(env.run_id, self.id)
+
+    def _ids(self, env: FaultEnv) -> dict[str, Any]:
+        return {"netns": "host", "netns_inode": os.stat(HOST_NS).st_ino, "table": "filter", "chain": self._chain(env)}
+
+    def inject(self, env: FaultEnv) -> dict[str, Any]:
+        """Start the delayer and install the chain. Raises :class:`~chaos.errors.ChaosError` if the group
+        has no cgroup, or the delayer cannot start (nothing is left then)."""
+        s = self.spec
+        cgroup = require_cgroup(env.backend.groups, s.node, "delay")  # type: ignore[attr-defined]
+        chain = self._chain(env)
+        env.manifest.add("chain", **self._ids(env))  # written down before it is made
+        self._chain_recorded = True
+        started = self._delayer.start(env, Netns(HOST_NS), "lo", chain, s, s.node, cgroup=cgroup)
+        return {"mechanism": "nfqueue -m cgroup", "node": s.node, "cgroup": cgroup, **started,
+                "delay_ms": s.delay_ms, "jitter_ms": s.jitter_ms}
+
+    def heal(self, env: FaultEnv) -> dict[str, Any] | None:
+        """Remove the chain, then stop the delayer (this object's, or one a crashed runner left, found by
+        its chain's name). Idempotent: None when nothing was left."""
+        done = self._delayer.stop(env)
+        chain = self._chain(env)
+        if shutil.which("iptables") is not None and remove_chain(Netns(HOST_NS), chain, ("OUTPUT",)):
+            done["chain"] = chain
+        if self._chain_recorded:
+            env.manifest.release("chain", **self._ids(env))
+            self._chain_recorded = False
+        done.update(stop_strays(chain))
+        return {"mechanism": "nfqueue -m cgroup", "node": self.spec.node, **done} if done else None
+
+
+__all__ = ["GroupDelay", "has_replica_groups"]
