@@ -10,6 +10,10 @@ import shlex
 from pathlib import Path
 
 from chaos.errors import RunsDirError
+from chaos.paths import path_problem
+from chaos.scenario import fscheck
+
+EXIT_BAD_INPUT = 2  # argparse's own code for a bad flag, and the CLI's for every bad input
 
 
 def _shown(value: str) -> str:
@@ -110,13 +114,57 @@ def checks(value: str) -> list[str]:
 KERNEL_DIRS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
 
+def checked_path(value: str, fix: str) -> Path:
+    """``value`` as a path, if it can name a file on this system at all (:func:`chaos.paths.path_problem`:
+    not empty, no NUL, no name over 255 bytes, not too long); else the parser's error with ``fix``. Every
+    path argument of the ``chaos`` command goes through it first."""
+    problem = path_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{_shown(value)} {problem}; {fix}")
+    return Path(value)
+
+
+def scenario_file(value: str) -> Path:
+    """A scenario file's path (read later: a missing or unreadable file is the loader's clear error)."""
+    return checked_path(value, "give the path of a scenario's .yaml file, e.g. scenarios/digits-kill.yaml")
+
+
+def hosts_file(value: str) -> Path:
+    """A scenario or inventory file naming ssh hosts (read later, as a scenario file is)."""
+    return checked_path(value, "give the path of a scenario or inventory file that names the hosts")
+
+
+def run_dir(value: str) -> Path:
+    """A run directory's path (what ``chaos run`` printed; whether it is one is ``chaos report``'s check)."""
+    return checked_path(value, "give a run directory, as `chaos run` printed it (e.g. .chaos-runs/<run id>)")
+
+
+def output_file(value: str) -> Path:
+    """A file to write (``chaos init --output``)."""
+    return checked_path(value, "give a file path, e.g. --output chaos-train.yaml")
+
+
+def scenarios_dir(value: str) -> Path:
+    """An existing directory of scenario files (``chaos list --scenarios-dir``)."""
+    fix = "give a directory that holds scenario .yaml files, e.g. --scenarios-dir scenarios"
+    path = checked_path(value, fix)
+    try:
+        if path.is_dir():
+            return path
+        why = "is not a directory" if path.exists() else "does not exist"
+    except OSError as exc:
+        why = f"cannot be looked at ({exc.strerror or exc})"
+    raise argparse.ArgumentTypeError(f"{_shown(value)} {why}; {fix}")
+
+
 def runs_dir_problem(path: Path, write: bool = True) -> str | None:
     """Why ``path`` cannot be a runs directory (None if it may be one): it cannot be resolved, is under
     /proc, /sys or /dev, exists and is not a directory, or the nearest directory that exists above it
     is not a directory or (``write``) cannot be written. Whether another user could write it is the run layer's
     check (:class:`~chaos.errors.RunsDirError`)."""
-    if "\0" in str(path):
-        return "holds a NUL character"
+    problem = path_problem(path)
+    if problem:
+        return problem
     try:
         resolved = Path(os.path.abspath(path)).resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop
@@ -160,10 +208,10 @@ def runs_dir_to_read(value: str) -> Path:
 def junit_path(value: str) -> Path:
     """A file to write JUnit XML to: not a directory, not under /proc, /sys or /dev, and with a directory
     above it that exists or can be made (checked before a run, so a run's verdicts are not lost to it)."""
-    path = Path(value)
-    if not value or path.is_dir():
-        raise argparse.ArgumentTypeError(f"{_shown(value)} is a directory; give a file path, e.g. --junit "
-                                         "results/chaos.xml")
+    fix = "give a file path in a directory of your own, e.g. --junit results/chaos.xml"
+    path = checked_path(value, fix)
+    if fscheck.is_dir(path):
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is a directory; {fix}")
     problem = runs_dir_problem(path.parent)
     if problem:
         raise argparse.ArgumentTypeError(f"{_shown(value)}: its directory {problem}; give a file path in a directory "

@@ -11,8 +11,9 @@ import signal
 import threading
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
+
+from chaos.cli_console import CliConsole
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -34,7 +35,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         write_junit(args, result)
         print(json.dumps({**result.to_json(), "exit_code": result.exit_code_for(args.strict)}, indent=1, default=str))
         return result.exit_code_for(args.strict)
-    console = Console(soft_wrap=True)  # paths and commands stay whole lines in a log or a pipe
+    console = CliConsole(soft_wrap=True)  # paths and commands stay whole lines in a log or a pipe
     for line in header_lines(scenario):
         console.print(line)
     with LiveProgress(console, scenario.target.steps, scenario.world_size) as live:

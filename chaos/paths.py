@@ -5,6 +5,8 @@
 - :func:`cache_dir`: reference runs, the Hypothesis database, locks when ``/run/chaos`` is not ours.
 - :func:`default_runs_dir`: where ``chaos run`` makes run directories.
 - :func:`base_name`: a file's name as messages and verdicts quote it.
+- :func:`path_problem`: why a path a user gave cannot name a file here at all (the one check every path
+  argument of the CLI and every path field of a scenario goes through first).
 """
 
 from __future__ import annotations
@@ -32,3 +34,29 @@ def base_name(path: str | None) -> str:
     """The last part of ``path`` (``os.path.basename``: ``"a/ckpt-3.pt"`` → ``"ckpt-3.pt"``), or ``"?"``
     when ``path`` is None or empty: how messages and verdicts name a checkpoint file."""
     return os.path.basename(path) if path else "?"
+
+
+NAME_MAX_BYTES = 255  # a file name's most bytes on Linux filesystems (NAME_MAX)
+PATH_MAX_BYTES = 4096  # a path's most bytes, its NUL included (PATH_MAX)
+
+
+def path_problem(value: str | os.PathLike[str]) -> str | None:
+    """Why ``value`` cannot name a file on this system, whatever is on disk: it is empty, holds a NUL
+    character, has a component over :data:`NAME_MAX_BYTES` bytes (``ENAMETOOLONG``), or made absolute it is
+    :data:`PATH_MAX_BYTES` bytes or more. None when it may name one. The words follow the value in a message:
+    ``f"{value!r} {problem}"``."""
+    text = os.fspath(value)
+    if not text:
+        return "is empty"
+    if "\0" in text:
+        return "holds a NUL character"
+    raw = os.fsencode(text)
+    name = max(raw.split(b"/"), key=len)
+    if len(name) > NAME_MAX_BYTES:
+        shown = os.fsdecode(name[:24]) + "…"
+        return (f"has a name of {len(name)} bytes ({shown!r}); a file or directory name may have at most "
+                f"{NAME_MAX_BYTES} bytes")
+    whole = len(os.fsencode(os.path.abspath(text)))
+    if whole >= PATH_MAX_BYTES:
+        return f"is {whole} bytes long as an absolute path; a path may have at most {PATH_MAX_BYTES - 1}"
+    return None

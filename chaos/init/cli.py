@@ -8,10 +8,10 @@ import json
 import math
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 
-from chaos.init.run import InitError
+from chaos.cli_console import CliConsole
+from chaos.init.run import InitError, check_command
 from chaos.init.template import _slug
 from chaos.init.words import blind_spot
 
@@ -22,7 +22,7 @@ def _error(args: argparse.Namespace, exc: InitError) -> int:
     if args.json:
         print(json.dumps({"ok": False, "error": "InitError", "problems": [str(exc)], "lines": exc.lines}))
         return EXIT_BAD_INPUT
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console = CliConsole(stderr=True, highlight=False, soft_wrap=True)
     console.print("[bold red]error:[/] " + escape(str(exc)))
     for line in exc.lines:
         console.print(f"  {escape(line)}")
@@ -43,12 +43,13 @@ def run_init(args: argparse.Namespace) -> int:
         if not words:
             raise InitError("command=(none): give the job's command after --, e.g. chaos init -- torchrun "
                             "--nproc-per-node=2 train.py")
+        check_command(words)  # before "running …": a command that cannot run says so first
         out = args.output
         if out is None:
             script = next((w for w in words if w.endswith(".py")), "job")
             out = Path(f"chaos-{_slug(Path(script).stem)}.yaml")
         if not args.json:
-            Console(highlight=False, soft_wrap=True).print(
+            CliConsole(highlight=False, soft_wrap=True).print(
                 f"running [bold]{escape(' '.join(words))}[/] once with no faults…")
         learned, pl, _text = init_job(words, out, backend=args.backend, runs_dir=args.runs_dir,
                                       timeout_s=args.timeout_s, cwd=args.cwd, force=args.force)
@@ -72,5 +73,5 @@ def run_init(args: argparse.Namespace) -> int:
             "lines": {str(r): t for r, t in learned.lines.items()}, "notes": [*learned.notes, *pl.notes],
             "run_dir": str(learned.run_dir) if learned.kept else None}, indent=1))
     else:
-        show(Console(highlight=False, soft_wrap=True), learned, pl, out)
+        show(CliConsole(highlight=False, soft_wrap=True), learned, pl, out)
     return EXIT_OK

@@ -24,8 +24,10 @@ from chaos.init.lines import LineProposal, propose, read_rank_lines
 from chaos.init.meaning import Meaning, infer
 from chaos.init.source import propose as propose_resumed
 from chaos.init.timing import LineClock, Row, untimed, write_times
+from chaos.paths import path_problem
 from chaos.safedir import ensure_runs_dir
 from chaos.scenario.command import CommandError, parse_command
+from chaos.scenario.fscheck import is_file
 
 NOTHING = "{run_dir}/.chaos-init-watches-no-file"  # blackbox.checkpoints of the learning run: no file tests
 TAIL_LINES = 12
@@ -91,13 +93,21 @@ def understand(lines: dict[int, list[str]], p: LineProposal, script: Path, rows:
     return infer(timed, p, ends=ends, writes=writes, resumed=resumed)
 
 
-def _check_command(words: list[str]) -> tuple[Any, Path, int, int | None]:
+def check_command(words: list[str]) -> tuple[Any, Path, int, int | None]:
+    """(the parsed command, its script resolved, workers per node, torchrun's max_restarts or None) of the
+    job's command ``words``. Raises :class:`InitError` naming what is wrong and the fix: a command chaos
+    init cannot run, a script path that cannot name a file or names none, a bad --nproc-per-node or --nnodes."""
     try:
         cmd = parse_command(words)
     except CommandError as exc:
         raise InitError(f"command={' '.join(words)!r}: {exc}") from None
+    problem = path_problem(cmd.script)
+    if problem:
+        shown = cmd.script if len(cmd.script) <= 80 else cmd.script[:80] + "…"
+        raise InitError(f"script={shown!r} {problem}; give the training script's path, relative to this directory, "
+                        "e.g. chaos init -- torchrun --nproc-per-node=2 train.py")
     script = Path(cmd.script).expanduser()
-    if not script.is_file():
+    if not is_file(script):
         raise InitError(f"script={cmd.script!r} does not exist (looked for {script.resolve()}); give the training "
                         "script's path, relative to this directory, e.g. chaos init -- torchrun --nproc-per-node=2 "
                         "train.py")
@@ -173,7 +183,7 @@ def learn(words: list[str], *, backend: str = "local", runs_dir: Path | None = N
     if not words:
         raise InitError("command=(none): give the job's command after --, e.g. chaos init -- torchrun "
                         "--nproc-per-node=2 train.py")
-    _cmd, script, nproc, restarts = _check_command(words)
+    _cmd, script, nproc, restarts = check_command(words)
     scenario = learning_scenario(words, script, nproc, restarts, backend, timeout_s, cwd)
     # a directory of its own for the run, so that the watch sees the run directory from its first file
     if runs_dir is not None:

@@ -17,6 +17,7 @@ from chaos.errors import ScenarioError
 from chaos.kinds import KIND_NAMES, row
 from chaos.load.parse import NOT_FINITE, data_problems, parse_yaml, read_scenario_text
 from chaos.load.schema import suggestion
+from chaos.paths import path_problem
 from chaos.plugins import check_plugin_errors, fault_names
 from chaos.scenario import ARG_PLACEHOLDERS, Scenario
 from chaos.scenario.base import short
@@ -125,7 +126,7 @@ def semantic_problems(data: Any, base_dir: Path, node: Any = None) -> list[str]:
     data = _dict(data)
     target, backend = _dict(data.get("target")), _dict(data.get("backend"))
     script = target.get("script")
-    if isinstance(script, str) and not is_file(base_dir / script):
+    if isinstance(script, str) and path_problem(script) is None and not is_file(base_dir / script):
         out.append(
             f"{at(('target', 'script'))}target.script={short(script)} must be an existing file; "
             f"resolved to {(base_dir / script).resolve()}, which does not exist (paths are relative to the scenario file)"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from chaos.scenario.base import _Model
+from chaos.scenario.base import PathText, _Model
 from chaos.scenario.torchft import ReplicaGroupsSpec
 
 
@@ -115,7 +115,7 @@ class DockerBackendSpec(NodesSpec):
     image: str | None = Field(
         default=None, description="The node image (your training image, with torch). Default: a local image "
         "built with no registry, running this host's interpreter and virtual environment mounted read-only.")
-    python: str | None = Field(default=None, description="Python inside the image (default: this host's "
+    python: PathText | None = Field(default=None, description="Python inside the image (default: this host's "
                                "interpreter path with the built image, `python` with your own).")
     subnet: str | None = Field(default=None, description="IPv4 /24 of the run's network; default: a free one "
                                "in 10.214.0.0/16.")
@@ -126,7 +126,7 @@ class LoginSpec(_Model):
 
     user: str | None = Field(default=None, max_length=64, description="Login user (default: yours).")
     port: int = Field(default=22, ge=1, le=65535, description="sshd's port.")
-    key: str | None = Field(default=None, max_length=4096, description="Private key file (default: ssh-agent, "
+    key: PathText | None = Field(default=None, max_length=4096, description="Private key file (default: ssh-agent, "
                             "then ~/.ssh/id_*).")
 
     @model_validator(mode="before")
@@ -149,7 +149,7 @@ class SshHostSpec(LoginSpec):
 class HostKeysSpec(_Model):
     """How the hosts' SSH host keys are checked (the ``ssh`` backend, and ``slurm`` with ``reach: ssh``)."""
 
-    known_hosts: str | None = Field(default=None, description="known_hosts file the host keys are checked "
+    known_hosts: PathText | None = Field(default=None, description="known_hosts file the host keys are checked "
                                     "against; default ~/.ssh/known_hosts.")
     host_key_policy: Literal["reject", "accept-new"] = Field(
         default="reject", description="reject: a host whose key is not in known_hosts is refused; accept-new: "
@@ -164,23 +164,23 @@ class SshBackendSpec(NodesSpec, HostKeysSpec):
     kind: Literal["ssh"]
     hosts: list[SshHostSpec] = Field(default_factory=list, max_length=16, description="The hosts, node i on "
                                      "hosts[i]. Give exactly one of hosts and inventory.")
-    inventory: str | None = Field(
+    inventory: PathText | None = Field(
         default=None, description="Instead of hosts: a file that lists them (relative to the scenario file; ~ "
         "expanded), read when the scenario is loaded: YAML with hosts: [...] (and optionally known_hosts, python, "
         "workdir, host_key_policy, checkpoint_dir, ssh_config, relative to that file; the scenario's own fields win), "
         "or a plain hostfile of one [user@]host[:port] a line (# comments), as MPI and pdsh hostfiles have.")
-    ssh_config: str | None = Field(
+    ssh_config: PathText | None = Field(
         default=None, description="An OpenSSH client config (relative to the scenario file; ~ expanded): each host's "
         "address is looked up as a Host alias, taking HostName, User, Port and IdentityFile (the host's own fields "
         "win). The HostName is what this runner connects to and what torchrun gets as --local-addr and rendezvous "
         "address, so it must be an address the hosts reach each other at. ProxyJump and ProxyCommand are refused "
         "(not supported).")
-    workdir: str = Field(default="/var/tmp/chaos", min_length=1, description="Directory on each host under which "
+    workdir: PathText = Field(default="/var/tmp/chaos", min_length=1, description="Directory on each host under which "
                          "the run's own directory (events, control, checkpoints, logs) is made; no other user may "
                          "write it.")
-    python: str | None = Field(default=None, description="The interpreter on the hosts (with torch and chaos); "
+    python: PathText | None = Field(default=None, description="The interpreter on the hosts (with torch and chaos); "
                                "default: this runner's interpreter path.")
-    checkpoint_dir: str | None = Field(
+    checkpoint_dir: PathText | None = Field(
         default=None, description="A directory every host shares (NFS, Lustre, ...): the run's checkpoints go to "
         "<checkpoint_dir>/<run id> ({checkpoint_dir} in target args), which every node reads, as a job whose rank 0 "
         "alone saves needs. Default: node-local, each host's own run directory (a node restores only what it saved).")
@@ -246,12 +246,12 @@ class SlurmBackendSpec(NodesSpec):
         "fault ({node}: the node's Slurm name); the node may be DOWN by then, with no job step to go through.")
     allocation_timeout_s: float = Field(default=300.0, gt=0, le=86400, description="How long the submitted job "
                                         "may stay pending before the run gives up (and cancels it).")
-    workdir: str = Field(default="/var/tmp/chaos", min_length=1, description="Directory on each node under which "
+    workdir: PathText = Field(default="/var/tmp/chaos", min_length=1, description="Directory on each node under which "
                          "the run's own directory (events, control, checkpoints, logs) is made; no other user may "
                          "write it.")
-    python: str | None = Field(default=None, description="The interpreter on the nodes (with torch and chaos); "
+    python: PathText | None = Field(default=None, description="The interpreter on the nodes (with torch and chaos); "
                                "default: this runner's interpreter path.")
-    checkpoint_dir: str | None = Field(
+    checkpoint_dir: PathText | None = Field(
         default=None, description="A directory every node shares (NFS, Lustre, ...): the run's checkpoints go to "
         "<checkpoint_dir>/<run id>. Default: node-local, each node's own run directory.")
 

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from chaos.paths import path_problem
 from chaos.scenario.base import short
 from chaos.scenario.placeholders import placeholder_problem
 
@@ -69,7 +70,7 @@ def _saved_regex(value: str) -> str:
 
 
 def _path_pattern(value: str) -> str:
-    problem = placeholder_problem(value, PATH_PLACEHOLDERS)
+    problem = placeholder_problem(value, PATH_PLACEHOLDERS) or path_problem(value)
     if problem:
         raise ValueError(f"{short(value)} {problem}, or a path relative to the run's working directory")
     return value

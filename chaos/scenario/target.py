@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from chaos.scenario.base import _Model
+from chaos.scenario.base import PathText, _Model, short
 from chaos.scenario.blackbox import BlackboxSpec
 from chaos.scenario.command import Command, dropped_notes, parse_command
 from chaos.scenario.fscheck import is_dir
@@ -22,7 +22,7 @@ class TargetSpec(_Model):
     (+ ``args``) or as the ``command`` its user launches it with. A target that does not import the
     probe has a ``blackbox`` section saying where its checkpoints are and what its output lines mean."""
 
-    script: str | None = Field(default=None, description="Path of the training script, relative to the scenario "
+    script: PathText | None = Field(default=None, description="Path of the training script, relative to the scenario "
                                "file (or give `command`).")
     command: list[str] | None = Field(
         default=None, description="The job as its user launches it: [torchrun, --nproc-per-node=2, train.py, "
@@ -45,12 +45,12 @@ class TargetSpec(_Model):
         default=None, gt=0, description="The job's collective timeout (init_process_group(timeout=...)), seconds, "
         "passed as {collective_timeout_s}; what `no_hang` holds the job to.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the job.")
-    cwd: str = Field(
+    cwd: PathText = Field(
         default="run", min_length=1, description="The workers' working directory: `run` (the run's own directory, "
         "new for every run), `script` (the script's directory, for a script that reads data/ or config/ and writes "
         "snapshot.pt relative to where it lives) or a directory's path (relative to the scenario file; ./run for a "
         "directory named run). Relative blackbox.checkpoints and on_checkpoint paths are relative to it.")
-    python: str | None = Field(
+    python: PathText | None = Field(
         default=None, min_length=1, description="The interpreter that runs torchrun and the workers: a python "
         "executable's path (relative to the scenario file), a virtual environment's directory, or a command on PATH "
         "(e.g. python3.12). It must have torch. Default: the interpreter chaos itself runs in.")
@@ -70,6 +70,16 @@ class TargetSpec(_Model):
     def _parses(cls, value: list[str] | None) -> list[str] | None:
         if value is not None:
             parse_command(value)  # a CommandError (ValueError) names the problem and the fix
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _environment(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:  # what execve would refuse, said before anything runs (a value's NUL: data_problems)
+            if not key or "=" in key or "\0" in key:
+                why = "is empty" if not key else "holds '='" if "=" in key else "holds a NUL character"
+                raise ValueError(f"the variable name {short(key, 80)} {why}, which no environment can hold; give a "
+                                 "name of letters, digits and _ (e.g. NCCL_DEBUG: INFO)")
         return value
 
     @model_validator(mode="after")

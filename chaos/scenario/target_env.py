@@ -15,7 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from chaos.paths import path_problem
 from chaos.scenario import python_of, work_dir_of
+from chaos.scenario.base import short
 from chaos.scenario.fscheck import is_dir
 
 At = Callable[[tuple[Any, ...]], str]
@@ -33,25 +35,25 @@ def target_env_problems(data: dict[str, Any], base_dir: Path, at: At) -> list[st
     out: list[str] = []
     cwd, python = target.get("cwd"), target.get("python")
     docker = backend.get("kind") == "docker"
-    if isinstance(cwd, str) and cwd and cwd != "run":
+    if isinstance(cwd, str) and cwd and cwd != "run" and path_problem(cwd) is None:  # else the field says why
         if docker:
-            out.append(f"{at(('target', 'cwd'))}target.cwd={cwd!r} is not supported on backend.kind='docker' "
+            out.append(f"{at(('target', 'cwd'))}target.cwd={short(cwd)} is not supported on backend.kind='docker' "
                        "(its containers start in the run directory, the only one they may write); use cwd: run, "
                        "or backend: {kind: local} / {kind: netns}")
         elif cwd != "script":
             path = work_dir_of(cwd, Path("/nonexistent-run"), Path("/"), base_dir)
             if not is_dir(path):
-                out.append(f"{at(('target', 'cwd'))}target.cwd={cwd!r} must be an existing directory; resolved "
+                out.append(f"{at(('target', 'cwd'))}target.cwd={short(cwd)} must be an existing directory; resolved "
                            f"to {path}, which is not one (paths are relative to the scenario file); use `run`, "
                            "`script` or a directory that exists")
-    if isinstance(python, str) and python:
+    if isinstance(python, str) and python and path_problem(python) is None:
         if docker:
-            out.append(f"{at(('target', 'python'))}target.python={python!r} is not used by backend.kind='docker' "
+            out.append(f"{at(('target', 'python'))}target.python={short(python)} is not used by backend.kind='docker' "
                        "(its nodes run the image's interpreter); use backend.python instead")
         else:
             problem = python_problem(python_of(python, base_dir))
             if problem:
-                out.append(f"{at(('target', 'python'))}target.python={python!r} {problem}")
+                out.append(f"{at(('target', 'python'))}target.python={short(python)} {problem}")
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from chaos.scenario.base import _Model
+from chaos.scenario.base import PathText, _Model
 from chaos.scenario.trigger import _Healable
 
 
@@ -29,7 +29,7 @@ class LighthouseSpec(_Model):
                                       "which a replica group is taken for dead, ms.")
     quorum_tick_ms: int = Field(default=100, gt=0, description="--quorum_tick_ms: how often a quorum is "
                                 "looked for, ms.")
-    binary: str = Field(default="torchft_lighthouse", description="The Lighthouse program: a path, or a name "
+    binary: PathText = Field(default="torchft_lighthouse", description="The Lighthouse program: a path, or a name "
                         "looked up beside the target's interpreter, then on PATH (pip install torchft).")
 
 

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("run", ["chaos.run", "chaos.backends.ssh.hostd_files", "chaos.backends.ssh.hostd_blackbox"]),
     ("explore", ["chaos.explore"]),
     ("shells", ["chaos.cli", "chaos.cli_run", "chaos.pytest_plugin", "chaos.progress", "chaos.doctor", "chaos.init",
-                "chaos.agent_main", "chaos.crash", "chaos.cli_args", "chaos"]),
+                "chaos.agent_main", "chaos.crash", "chaos.cli_args", "chaos.cli_parser", "chaos.cli_console", "chaos"]),
 ]
 
 
