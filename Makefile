@@ -2,12 +2,13 @@
 #   make demo   – install into .venv, then run the bundled default scenario (scenarios/kill-worker.yaml)
 #   make test   – install into .venv, then run the test suite's fast tier (CI; tests/tiers.py)
 # make test-full runs every test (the fast tier and every full-tier variant); make journals re-records the
-# stored real journals of tests/journals/ from real runs.
+# stored real journals of tests/journals/ from real runs; make docs builds the documentation site (mkdocs.yml,
+# docs/) into build/site.
 PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-full test-unit journals lint typecheck bench clean system
+.PHONY: demo test test-full test-unit journals lint typecheck docs bench clean system
 
 # Debian packages (Docker engine, iptables, NFQUEUE library, FUSE) and a running dockerd, if root
 system:
@@ -18,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q --upgrade pip
 	# torch first, the CPU build, so nothing later pulls a multi-GB CUDA wheel
 	$(VENV)/bin/pip install -q $(TORCH)
-	$(VENV)/bin/pip install -q -e '.[test,dev]'
+	$(VENV)/bin/pip install -q -e '.[test,dev,docs]'
 	touch $@
 
 demo: system $(VENV)/.installed
@@ -45,6 +46,10 @@ lint: $(VENV)/.installed
 
 typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy
+
+# the documentation site (mkdocs.yml, docs/) into build/site; --strict: a broken link or any warning fails
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/python -m benchmarks.run_all

@@ -7,6 +7,9 @@ paid by every run and every restart of an elastic node (measured in ``benchmarks
 exception (a worker group that failed, a signal) takes the normal path, so the traceback, torch's
 error file and the exit code are the same as torchrun's.
 
+A rendezvous store it hosts on a loopback endpoint (the ``local`` backend) listens on loopback only
+(:mod:`chaos.loopback`).
+
 With ``CHAOS_LAUNCHER=warm`` in its environment (``target.launcher: warm``), the agent starts its
 workers through :mod:`chaos.warm.worker`: forked from a copy of itself that has torch imported already.
 """
@@ -30,6 +33,8 @@ def _exit_code(code: object) -> int:
 def main() -> None:
     from torch.distributed.run import main as torchrun_main
 
+    from chaos.loopback import install_import_hook
+
     if os.environ.get("CHAOS_LAUNCHER") == "warm":
         from chaos.warm import worker
 
@@ -37,6 +42,7 @@ def main() -> None:
         if request is not None:  # this process is now a worker the zygote forked
             worker.run_worker(request)
             return
+    install_import_hook()
     sys.argv[0] = "torchrun"  # usage and error messages name torchrun, as users know it
     try:
         torchrun_main()

@@ -22,6 +22,8 @@ from operator import eq
 from pathlib import Path
 from typing import Any, TypeVar
 
+from chaos.lost_events import lost_event
+
 _orjson: Any
 try:
     import orjson as _orjson
@@ -243,18 +245,19 @@ def time_order(events: list[Event]) -> list[int]:
 
 
 def merge_run_dir(run_dir: Path) -> list[Event]:
-    """Merge ``runner.jsonl`` and ``events/*.jsonl`` of a run directory into ``journal.jsonl``.
-
-    Returns the merged events in time order. Safe to call again (e.g. on a run whose runner died).
-    Raises ``OSError`` if the journal cannot be written (a full disk), leaving no ``journal.jsonl.tmp``.
-    """
+    """Merge ``runner.jsonl`` and ``events/*.jsonl`` of a run directory into ``journal.jsonl``; an event file
+    with no event is an ``events_lost`` event (:mod:`chaos.lost_events`). Returns the merged events in time
+    order. Safe to call again (e.g. on a run whose runner died). Raises ``OSError`` if the journal cannot be
+    written (a full disk), leaving no ``journal.jsonl.tmp``."""
     run_dir = Path(run_dir)
     files = [run_dir / RUNNER_EVENTS, *sorted((run_dir / "events").glob("*.jsonl"))]
     events: list[Event] = []
     lines: list[bytes] = []
-    for file_events, file_lines in _read_lines(files):
-        events += file_events
-        lines += file_lines
+    for path in files:
+        file_events, file_lines = next(_read_lines([path]), ([], []))
+        lost = lost_event(path) if not file_events and path.parent.name == "events" else None
+        events += [lost[0]] if lost else file_events
+        lines += [lost[1]] if lost else file_lines
     order = time_order(events)
     tmp = run_dir / (JOURNAL + ".tmp")
     try:

@@ -121,6 +121,8 @@ CAPABILITIES: tuple[Capability, ...] = (
                (f"{E2E}test_torchft.py",)),
     Capability("fault: delay of one torchft replica group (NFQUEUE delayer on the group's cgroup, local backend)",
                (f"{E2E}test_torchft.py::test_delayed_group_slows_its_peer_without_a_restart_or_a_quorum_change",)),
+    Capability("a user's own CI: the GitHub Actions and GitLab CI templates and the example test they run",
+               (f"{E2E}test_ci_templates.py",)),
     Capability("black-box target (an unchanged script: log lines, exit codes, checkpoint files)",
                (f"{E2E}test_blackbox.py::test_atomic_tutorial_resumes_after_a_kill_on_its_log_line_and_says_what_it_cannot_tell",
                 f"{E2E}test_blackbox.py::test_bad_black_box_config_exits_2_naming_the_field_and_the_fix"),

@@ -85,6 +85,10 @@ class HostAgents(LocalProcesses):
     def iface(self, node: int) -> str | None:
         return None
 
+    def node_env(self, node: int, env: dict[str, str]) -> dict[str, str]:
+        """Variables node ``node``'s agent gets on top of ``env`` (what it would get otherwise)."""
+        return {}
+
     def wrap(self, node: int, cmd: list[str]) -> list[str]:
         """The command that runs ``cmd`` where ``node`` lives."""
         return cmd
@@ -131,6 +135,7 @@ class HostAgents(LocalProcesses):
         assert self.launch is not None
         launch = self.launch
         env = {**os.environ, **agent_env(self.spec, launch, node, self.iface(node))}
+        env.update(self.node_env(node, env))
         if self.spec.share_rdzv_tcp_store or self.groups is not None:
             # torchft's Manager connects to the store at MASTER_ADDR:MASTER_PORT, which only the shared
             # rendezvous store provides (nothing else hosts it before the Manager starts)

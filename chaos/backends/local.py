@@ -1,12 +1,14 @@
-"""Backend ``local``: every node is one torchrun agent on this host, rendezvous and gloo on loopback.
-
-What torch still opens on every interface (its TCPStore server binds the wildcard address and has
-no option to bind another): the c10d rendezvous store in the agent that hosts it, and the workers'
-store (``MASTER_PORT``) that rank 0 or its agent hosts. ``tests/security/test_loopback.py`` lists them."""
+"""Backend ``local``: every node is one torchrun agent on this host; the rendezvous store, the workers'
+store and gloo listen on loopback only (``tests/security/test_loopback.py``). torch's TCPStore server binds
+the wildcard address whatever host it is given, so chaos hands both stores a socket bound to 127.0.0.1
+(:mod:`chaos.loopback`, through the ``sitecustomize`` of :mod:`chaos.loopback_site`)."""
 
 from __future__ import annotations
 
+import os
+
 from chaos.backends.agents import HostAgents
+from chaos.paths import package_root
 
 
 class LocalBackend(HostAgents):
@@ -25,3 +27,9 @@ class LocalBackend(HostAgents):
         """``lo``: gloo listens and connects on loopback only (``GLOO_SOCKET_IFNAME``), never on the
         interface the hostname resolves to."""
         return "lo"
+
+    def node_env(self, node: int, env: dict[str, str]) -> dict[str, str]:
+        """:mod:`chaos.loopback_site` first on ``PYTHONPATH``: every worker's stores listen on loopback only,
+        whatever interpreter runs it (its own ``sitecustomize``, if any, still runs)."""
+        site = str(package_root() / "loopback_site")
+        return {"PYTHONPATH": os.pathsep.join(p for p in (site, env.get("PYTHONPATH", "")) if p)}

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, TypeVar
 
 from chaos.history import Event, History
+from chaos.lost_events import LOST, describe
 
 Status = Literal["ok", "failed", "unknown"]
 
@@ -124,6 +125,9 @@ class CheckDef:
       DCP checkpoint with the reference's (a ``final_checkpoint_compared`` event, :mod:`chaos.observe.closeness`).
     - ``silence_bound``: the runner stops a run (``hang_detected``) once a live worker is silent longer
       than ``silence_bound(params, collective_timeout_s)`` seconds (None: no bound).
+    - ``judges_the_end``: it judges how the job ended (that it finished, its final parameters, every fault
+      fired). In a run the user stopped (an ``interrupted`` event), :func:`run_check` turns its ``failed``
+      into ``unknown``, "not judged (interrupted)": the job was not let finish, which is no failure of it.
     """
 
     name: str
@@ -135,6 +139,7 @@ class CheckDef:
     needs_writer_scan: bool = False
     silence_bound: SilenceBound | None = None
     needs_final_comparison: bool = False
+    judges_the_end: bool = False
 
     def param_problem(self, params: dict[str, Any]) -> str | None:
         for key, value in params.items():
@@ -164,7 +169,8 @@ def is_blackbox(history: History) -> bool:
 
 def check(summary: str, params: dict[str, type] | None = None, needs_reference: bool = False, *,
           needs_checkpoint_watch: bool = False, needs_writer_scan: bool = False,
-          silence_bound: SilenceBound | None = None, needs_final_comparison: bool = False) -> Callable[
+          silence_bound: SilenceBound | None = None, needs_final_comparison: bool = False,
+          judges_the_end: bool = False) -> Callable[
     [Callable[[History, CheckContext], Verdict]], Callable[[History, CheckContext], Verdict]
 ]:
     """Register a check function under its own name, with what it needs (see :class:`CheckDef`)."""
@@ -172,7 +178,7 @@ def check(summary: str, params: dict[str, type] | None = None, needs_reference: 
     def register(fn: Callable[[History, CheckContext], Verdict]) -> Callable[[History, CheckContext], Verdict]:
         CHECKS[fn.__name__] = CheckDef(fn.__name__, fn, summary, params or {}, needs_reference,
                                        needs_checkpoint_watch, needs_writer_scan, silence_bound,
-                                       needs_final_comparison)
+                                       needs_final_comparison, judges_the_end)
         return fn
 
     return register
@@ -201,12 +207,25 @@ def run_check(name: str, history: History, ctx: CheckContext) -> Verdict:
     verdict with the traceback's tail (a name that is not a registered check, too)."""
     try:
         variant = BLACKBOX_VARIANTS.get(name) if is_blackbox(history) else None
+        definition = CHECKS.get(name)
         if variant is not None:
-            return variant(history, ctx)
-        definition = CHECKS[name]
-        if definition.needs_reference and ctx.reference is None:
-            return no_reference(name, ctx)
-        return definition.fn(history, ctx)
+            verdict = variant(history, ctx)
+        else:
+            definition = CHECKS[name]
+            if definition.needs_reference and ctx.reference is None:
+                return no_reference(name, ctx)
+            verdict = definition.fn(history, ctx)
+        stopped = history.first("interrupted")
+        if stopped is not None and verdict.status == "failed" and definition is not None and definition.judges_the_end:
+            return Verdict(name, "unknown", f"not judged (interrupted): the run was stopped "
+                           f"({stopped.get('signal', 'a signal')}) before the job finished, so how it would have ended "
+                           f"cannot be told; seen so far: {verdict.explanation}", events=verdict.events)
+        lost = history.of(LOST)
+        if lost and verdict.status != "unknown":  # what was lost may be what would have decided it
+            return Verdict(name, "unknown", f"cannot tell: what {len(lost)} process(es) reported was lost "
+                           f"({describe(lost)}: its event file holds no event, as when the disk was full); on what "
+                           f"survived it would be {verdict.status}: {verdict.explanation}", events=lost[:3])
+        return verdict
     except Unknown as why:
         return Verdict(name, "unknown", str(why))
     except Exception as exc:  # a check that raises yields unknown, never a pass

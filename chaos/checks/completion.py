@@ -121,7 +121,7 @@ def _progress(history: History) -> str:
     return "last step " + ", ".join(f"rank {r}: {s}" for r, s in sorted(last.items()))
 
 
-@check("the job ran to its last step and every agent exited 0 within the deadline")
+@check("the job ran to its last step and every agent exited 0 within the deadline", judges_the_end=True)
 def completes(history: History, ctx: CheckContext) -> Verdict:
     name = "completes"
     interrupted = history.first("interrupted")
@@ -182,7 +182,7 @@ def completes(history: History, ctx: CheckContext) -> Verdict:
                    f"{list(range(final_world))}{world} reached step {ctx.steps}{tail}{note}", events=exits[:2])
 
 
-@check("every scheduled fault fired (a run that could not fire one says so)")
+@check("every scheduled fault fired (a run that could not fire one says so)", judges_the_end=True)
 def faults_fired(history: History, ctx: CheckContext) -> Verdict:
     name = "faults_fired"
     start = history.first("run_start")

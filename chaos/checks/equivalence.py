@@ -138,7 +138,7 @@ def _within_tolerance(history: History, ctx: CheckContext, worlds: list[int]) ->
 
 @check("final parameters equal a fault-free run of the same target and seed: bitwise at the same world size, "
        "within rtol when the world size changed", params={"rtol": float}, needs_reference=True,
-       needs_final_comparison=True)
+       needs_final_comparison=True, judges_the_end=True)
 def equivalent_to_reference(history: History, ctx: CheckContext) -> Verdict:
     name = "equivalent_to_reference"
     ref = ctx.reference

@@ -93,7 +93,7 @@ def first_divergence(history: History, ranks: list[int]) -> int | None:
 
 
 @check("every replica (every rank of a data-parallel job, or of each replica_group) ended with bitwise "
-       "equal parameters; needs no reference run")
+       "equal parameters; needs no reference run", judges_the_end=True)
 def replicas_agree(history: History, ctx: CheckContext) -> Verdict:
     name = "replicas_agree"  # a black-box target's variant: chaos.checks.blackbox.unknown
     finals = require(final_events(history), "no rank recorded its final parameters (a 'final' event with a digest): "

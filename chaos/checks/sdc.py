@@ -116,7 +116,7 @@ def no_false_alarms(history: History, ctx: CheckContext) -> Verdict:
 
 @check("the job ended healthy: final parameters bitwise equal the reference, or (when an update was "
        "skipped) test accuracy within max_accuracy_drop (default 0.01) of it", params={"max_accuracy_drop": float},
-       needs_reference=True)
+       needs_reference=True, judges_the_end=True)
 def recovered(history: History, ctx: CheckContext) -> Verdict:
     name = "recovered"
     ref = ctx.reference

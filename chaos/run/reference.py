@@ -47,7 +47,7 @@ def reference_key(scenario: Scenario) -> str:
     (the script and every local module it imports, see :func:`job_sources`; not the path or the
     launcher it is started with), its arguments, steps, seed and environment, where and with what it
     runs (``target.cwd``, ``target.python``), the backend's topology, and the torch and Python versions.
-    Data and config files the job reads are not in it (see the README)."""
+    Data and config files the job reads are not in it (see docs/limits.md)."""
     import torch
 
     t, b = scenario.target, scenario.backend

@@ -87,9 +87,9 @@ def rejudge(run_dir: Path | str, merge: bool = False) -> RunResult:
                           f"events/, or run the scenario again: chaos run {scenario_path}")
     _check_format(events, journal, scenario_path)
     old = old_result(run_dir)
-    reference, note = stored_reference(run_dir, old)
     history = History(events)
     start, end = history.first("run_start"), history.first("run_end")
+    reference, note = stored_reference(run_dir, old, start)
     interrupted = history.first("interrupted")
     status = str((end or {}).get("status") or old.get("status") or "unknown")
     wall = old.get("wall_time_s")
@@ -186,9 +186,10 @@ def _json(path: Path, fix: str) -> Any:
         raise RunDirError(f"{path}: not JSON ({str(exc)[:120]}); {fix}") from exc
 
 
-def stored_reference(run_dir: Path, old_result: dict[str, Any]) -> tuple[Reference | None, str]:
+def stored_reference(run_dir: Path, old_result: dict[str, Any], start: Event | None = None) -> tuple[Reference | None, str]:
     """The reference a run was judged with: its ``reference.json``, else the cached reference its
-    ``result.json`` names (runs made before reference.json was stored); (None, why) if neither.
+    ``result.json`` names (runs made before reference.json was stored), or its journal's ``run_start`` does
+    (a run whose disk was full when it ended: neither file was written); (None, why) if none.
     Raises :class:`~chaos.errors.RunDirError` when ``reference.json`` is not one chaos wrote."""
     path = run_dir / REFERENCE_JSON
     if path.exists() or path.is_symlink():
@@ -204,7 +205,7 @@ def stored_reference(run_dir: Path, old_result: dict[str, Any]) -> tuple[Referen
             raise RunDirError(f"{path}: `key` must be a string, `wall_time_s` a finite number and `world_size` "
                               f"at least 1; {fix}")
         return ref, f"stored reference {ref.key}"
-    note = str(old_result.get("reference") or "")
+    note = str(old_result.get("reference") or (start or {}).get("reference") or "")
     match = re.search(r"reference ([0-9a-f]{20})\b", note)
     if match:
         from chaos.run.reference import ReferenceCache

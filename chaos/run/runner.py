@@ -1,6 +1,6 @@
 """The runner: one execution of a scenario, from launch to verdicts.
 
-It makes the run directory (:mod:`chaos.run.rundir`; the README's "Run directory" table lists every
+It makes the run directory (:mod:`chaos.run.rundir`; the "Run directory" table of docs/architecture.md lists every
 file), asks the scenario's checks what they need (:mod:`chaos.checks.needs`), starts the nodes
 through a backend, and loops: probe or black-box events go to the worker table, the nemesis (which
 fires and heals faults) and the checkpoint watcher. It heals first and last, on every exit path

@@ -35,6 +35,7 @@ import socket
 import sys
 from typing import Any
 
+from chaos.loopback import install_import_hook
 from chaos.warm import preload
 from chaos.warm.become import become, check_identity, ignored_signals, run_module
 from chaos.warm.forks import Client, WarmProcess, serve
@@ -69,6 +70,7 @@ def run_worker(request: dict[str, Any]) -> None:
     Returns when the script returns; its exceptions, ``SystemExit`` included, propagate."""
     become(request)
     _fresh_state(request["env"])
+    install_import_hook()  # rank 0's store on a loopback MASTER_ADDR listens there only, as in a cold worker
     args: list[str] = request["args"]
     if args[0] == "-m":
         run_module(args[1], args[2:])

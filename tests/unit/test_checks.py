@@ -211,12 +211,35 @@ def test_a_restart_is_put_down_to_the_fault_just_before_it_not_to_an_earlier_sta
     assert "fail (EIO)" in v.explanation and "stall" not in v.explanation
 
 
-def test_completes_fails_when_interrupted():
+def test_completes_is_not_judged_when_the_user_interrupted_the_run():
+    # the user stopped it: not a failure of the job (issue 32, item 7); how far it got is still said
     events = [*before_kill(), runner("interrupted", 4.0, signal="SIGINT"), runner("run_end", 4.1, status="interrupted")]
     v = judge("completes", events)
-    assert v.status == "failed"
-    assert "interrupted (SIGINT)" in v.explanation
+    assert v.status == "unknown"
+    assert v.explanation.startswith("not judged (interrupted): the run was stopped (SIGINT) before the job finished")
     assert "rank 1: 25" in v.explanation  # how far the job got
+
+
+def test_every_check_of_how_the_job_ended_is_not_judged_in_an_interrupted_run():
+    from chaos.checks import CHECKS
+
+    ends = {n for n, d in CHECKS.items() if d.judges_the_end}
+    assert {"completes", "equivalent_to_reference", "replicas_agree", "recovered", "faults_fired"} <= ends
+    assert "restored_from_checkpoint" not in ends and "sdc_detected" not in ends
+    finals = [e for e in fault_free_run() if e["kind"] != "run_end"]
+    split = [{**e, "digest": "ff" * 32} if e["kind"] == "final" and e["rank"] == 1 else e for e in finals]
+    assert judge("replicas_agree", split).status == "failed"  # replicas that disagree, in a run let finish
+    v = judge("replicas_agree", [*split, runner("interrupted", 9.0, signal="SIGTERM")])
+    assert v.status == "unknown" and v.explanation.startswith("not judged (interrupted)"), v.explanation
+
+
+def test_a_failure_seen_before_the_interrupt_stays_a_failure():
+    events = [*before_kill(), *restart_and_load({0: 20, 1: 10}), *train(NEW, 1, 6.0, 21, STEPS), *finish(NEW, 1, 7.0)]
+    events = [e for e in events if not (e["kind"] == "step" and e["pid"] == 201 and e["step"] == 21)]
+    events.append(step(1, 11, 201, 1, 5.9))
+    events.append(runner("interrupted", 6.5, signal="SIGINT"))  # after the stale restore was seen
+    v = judge("restored_from_checkpoint", sorted(events, key=lambda e: e["t"]))
+    assert v.status == "failed" and "loaded step 10" in v.explanation
 
 
 def test_completes_fails_when_a_rank_ends_short_of_the_last_step():

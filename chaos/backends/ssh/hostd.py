@@ -53,7 +53,7 @@ def add_parts(daemon: Any) -> None:
     checkpoint damage, the checkpoint watcher) and the black-box part
     (:mod:`chaos.backends.ssh.hostd_blackbox`: the black-box observer) live on the host; the Slurm
     part (:mod:`chaos.backends.slurm.hostd_slurm`) watches the job of the step the daemon runs in. They are the
-    runner's work done on a host, so they sit in the run layer (README, "Architecture"), above this
+    runner's work done on a host, so they sit in the run layer (docs/architecture.md, "Layers"), above this
     module, which loads them by name and never imports them."""
     import importlib
 
