@@ -126,7 +126,7 @@ def checked_path(value: str, fix: str) -> Path:
 
 def scenario_file(value: str) -> Path:
     """A scenario file's path (read later: a missing or unreadable file is the loader's clear error)."""
-    return checked_path(value, "give the path of a scenario's .yaml file, e.g. scenarios/digits-kill.yaml")
+    return checked_path(value, "give the path of a scenario's .yaml file, e.g. scenarios/kill-worker.yaml")
 
 
 def hosts_file(value: str) -> Path:
