@@ -1,6 +1,6 @@
 """Network fault fidelity: injected vs observed delay, and what the delay mechanism costs in throughput.
 
-Two namespaces ``a`` and ``b`` on a private bridge (:class:`chaos.net.lab.NetLab`). The ``delay``
+Two namespaces ``a`` and ``b`` on a private bridge (:class:`chaos.labs.netns.NetLab`). The ``delay``
 fault acts on ``a`` through the mechanism this machine uses (``mechanism_for``: ``netem`` where the
 kernel has it, else the NFQUEUE delayer), by the fault class itself (``Delay.inject`` / ``heal``).
 
@@ -37,8 +37,8 @@ from benchmarks._common import ForeignLoad, Row, machine, median
 from benchmarks._report import load_line, mode_line, preamble, rows_table, section, text
 from chaos.faults.base import FaultEnv
 from chaos.faults.network import Delay, mechanism_for
+from chaos.labs.netns import NetLab
 from chaos.net import measure, tc
-from chaos.net.lab import NetLab
 from chaos.net.netns import Netns
 from chaos.scenario import DelayFault
 from chaos.worker_table import WorkerTable
@@ -54,7 +54,7 @@ TRIGGER = {"at_time_s": 0}
 
 
 METHOD = """\
-Two namespaces `a` and `b` on a private bridge (`chaos.net.lab.NetLab`). The `delay` fault acts on `a`
+Two namespaces `a` and `b` on a private bridge (`chaos.labs.netns.NetLab`). The `delay` fault acts on `a`
 through the mechanism this machine uses (`mechanism_for`: `netem` where the kernel has it, else the NFQUEUE
 delayer), by the fault class itself (`Delay.inject` / `Delay.heal`).
 
@@ -155,13 +155,13 @@ def main() -> None:
     t0 = time.monotonic()
     lab = NetLab(secrets.token_hex(3), ("a", "b"), subnet="10.78.0")
     try:
-        lab.build()
+        lab.start()
         env = FaultEnv(lab.backend(), WorkerTable(), lab.run_id)  # type: ignore[arg-type]
         with ForeignLoad() as load:
             extra = measure_delays(lab, env, rounds)
             free, delayed, cpu, slow = measure_throughput(lab, env, rounds)
     finally:
-        left = lab.destroy()
+        left = lab.stop()
         if left:
             print(f"left behind: {left}", file=sys.stderr)
     rows: list[Row] = []

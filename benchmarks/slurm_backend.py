@@ -1,6 +1,6 @@
 """The slurm backend on the lab's real Slurm cluster (issue 16): submit to first step, and what Slurm adds.
 
-Measured in this one run on :class:`chaos.backends.slurm.lab.SlurmLab` (3 nodes):
+Measured in this one run on :class:`chaos.labs.slurm.SlurmLab` (3 nodes):
 
   start-up     the job of ``benchmarks/startup.py`` (``node-loss-elastic.yaml`` with no faults, a fixed
                world of 3 nodes × 1 rank, 20 steps): from the runner's ``run_start`` (just before it
@@ -98,7 +98,7 @@ def main() -> None:
     lacking = missing(["slurm", "netns"])
     if lacking:
         raise SystemExit(f"slurm_backend benchmark: {'; '.join(lacking.values())}")
-    from chaos.backends.slurm.lab import SlurmLab
+    from chaos.labs.slurm import SlurmLab
 
     rounds = 2 if args.quick else 4
     got: dict[str, list[dict[str, float]]] = {"slurm": [], "netns": []}

@@ -1,6 +1,6 @@
 """The ssh backend on the lab's real sshd hosts (issue 15): start-up, fault latency, journal collection.
 
-Three figures, each measured in this one run on :class:`chaos.backends.ssh.lab.SshLab` (3 hosts):
+Three figures, each measured in this one run on :class:`chaos.labs.ssh.SshLab` (3 hosts):
 
   start-up     the job of ``benchmarks/startup.py`` (``node-loss-elastic.yaml`` with no faults, a fixed
                world of 3 nodes × 1 rank, 20 steps): from the runner's ``run_start`` to the moment every
@@ -101,7 +101,7 @@ def main() -> None:
     lacking = missing(["sshd", "netns"])
     if lacking:
         raise SystemExit(f"ssh_backend benchmark: {'; '.join(lacking.values())}")
-    from chaos.backends.ssh.lab import SshLab
+    from chaos.labs.ssh import SshLab
 
     rounds = 2 if args.quick else 4
     ups: dict[str, list[float]] = {"ssh": [], "netns": []}

@@ -194,7 +194,7 @@ def run(quick: bool = False, runs: int | None = None) -> BenchResult:
                      f"bound {s.bound_s:g} s ({parts}); verdicts: "
                      + ", ".join(f"{k} {v}" for k, v in s.verdicts.items()))
     method = (f"{count} run(s) of `scenarios/torchft-crash-group.yaml` through `run_scenario` (local backend, 2 replica "
-              "groups × 1 rank, gloo on CPU, 160 steps of ≥100 ms; group 1's node crashed at step 30, back 3 s later). "
+              "groups × 1 rank, gloo on CPU, 240 steps of ≥100 ms; group 1's node crashed at step 30, back 3 s later). "
               "From each journal, for rank 0 (replica group 0): the window from the crash to group 1's first committed "
               "step after its return; the longest gap between rank 0's committed steps in it (the gap from its last step "
               "before the crash, and from its last step to the window's end, included); its committed steps in the "

@@ -25,6 +25,10 @@ class Kind:
     on a whole node. ``in_process``: the probe inside the target carries it out (gradient, parameter).
     ``heals``: it has a duration after which it is undone. ``needs_checkpoints``: only a target that
     saves checkpoints can take it. ``needs_regroup``: only an elastic job of several nodes can take it.
+    ``backend``: the one backend kind it acts through (``slurm``: Slurm's own faults), None: any backend
+    that can carry it out; the loader refuses it on another before anything starts. ``impl``: its
+    implementation, ``module:Class`` (a :class:`chaos.faults.base.SpecFault`), imported when first asked for
+    (:func:`chaos.faults.fault_class`); "" for a plugin's row, whose class its entry point names.
     ``doc``: one line for ``chaos faults`` / the CLI's JSON listing."""
 
     name: str
@@ -40,22 +44,29 @@ class Kind:
     heals: bool = False
     needs_checkpoints: bool = False
     needs_regroup: bool = False
+    backend: str | None = None
+    impl: str = ""
 
 
 def _network(name: str, doc: str, explore_order: int, needs_regroup: bool = False) -> Kind:
     return Kind(name, doc, family="network", explore_order=explore_order, disrupts=True, cuts=True, network=True,
-                node_level=True, heals=True, needs_regroup=needs_regroup)
+                node_level=True, heals=True, needs_regroup=needs_regroup,
+                impl=f"chaos.faults.network:{name.capitalize()}")
 
 
 # in the order ``chaos faults`` lists them
 KINDS: tuple[Kind, ...] = (
     Kind("kill", "send a signal (SIGKILL default, SIGTERM, ...) to a rank, every worker of a node, or a node's "
-         "agent", family="kill", explore_order=0, kills=True),
+         "agent", family="kill", explore_order=0, kills=True,
+         impl="chaos.faults.process:Kill"),
     Kind("pause", "freeze a rank (SIGSTOP/SIGCONT) or a whole node (every process; docker pause) for duration_s",
-         family="pause", explore_order=1, disrupts=True, cuts=True, heals=True),
+         family="pause", explore_order=1, disrupts=True, cuts=True, heals=True,
+         impl="chaos.faults.process:Pause"),
     Kind("node-crash", "kill a whole node at once (agent + workers, or its container), optionally back after "
-         "restart_after_s", family="node", explore_order=8, kills=True, node_level=True, needs_regroup=True),
-    Kind("node-restart", "start a crashed node again so it rejoins the rendezvous", node_level=True),
+         "restart_after_s", family="node", explore_order=8, kills=True, node_level=True, needs_regroup=True,
+         impl="chaos.faults.process:NodeCrash"),
+    Kind("node-restart", "start a crashed node again so it rejoins the rendezvous", node_level=True,
+         impl="chaos.faults.process:NodeRestart"),
     _network("delay", "delay a node's outgoing packets (netem; NFQUEUE delayer where the kernel has no netem); "
              "netns/docker, or one torchft replica group of the local backend (its cgroup's packets)", 4),
     _network("loss", "drop a share of a node's outgoing packets (netem; iptables -m statistic); netns/docker", 5),
@@ -63,28 +74,38 @@ KINDS: tuple[Kind, ...] = (
     _network("partition", "split the nodes in two sides that cannot reach each other (iptables); netns/docker", 7,
              needs_regroup=True),
     Kind("lighthouse-partition", "cut one torchft replica group off from the Lighthouse (iptables on its "
-         "cgroup) for duration_s; backend local with replica_groups", disrupts=True, node_level=True, heals=True),
+         "cgroup) for duration_s; backend local with replica_groups", disrupts=True, node_level=True, heals=True,
+         impl="chaos.faults.lighthouse:LighthousePartition"),
     Kind("disk", "stall, slow or fail chosen file operations (write, fsync, rename, ...) on the checkpoint "
          "directory, optionally of one rank, through a FUSE pass-through filesystem", family="disk",
-         explore_order=3, disrupts=True, heals=True, needs_checkpoints=True),
+         explore_order=3, disrupts=True, heals=True, needs_checkpoints=True,
+         impl="chaos.faults.disk:Disk"),
     Kind("slurm-down", "set an allocated node DOWN in Slurm (scontrol update): its job steps are killed; "
-         "backend slurm", kills=True, node_level=True),
+         "backend slurm", kills=True, node_level=True, backend="slurm",
+         impl="chaos.faults.slurm:SlurmDown"),
     Kind("slurm-drain", "drain an allocated node in Slurm (scontrol update State=DRAIN): what runs goes on, the "
-         "node takes no new job; backend slurm", node_level=True),
+         "node takes no new job; backend slurm", node_level=True, backend="slurm",
+         impl="chaos.faults.slurm:SlurmDrain"),
     Kind("slurmd-kill", "kill slurmd on an allocated node (SIGKILL) and start it again after duration_s, "
          "shorter than the cluster's SlurmdTimeout: the job's steps there go on; backend slurm", node_level=True,
-         heals=True),
+         heals=True, backend="slurm",
+         impl="chaos.faults.slurm:SlurmdKill"),
     Kind("slurm-signal", "signal a node's job step or every step of the job through Slurm (scancel --signal), as "
-         "at a time limit or a preemption; backend slurm", kills=True),
+         "at a time limit or a preemption; backend slurm", kills=True, backend="slurm",
+         impl="chaos.faults.slurm:SlurmSignal"),
     Kind("slurm-requeue", "preempt the Slurm job (a signal, a grace period) and requeue it: it comes back on a new "
-         "allocation and resumes from its checkpoint; backend slurm", kills=True, needs_checkpoints=True),
+         "allocation and resumes from its checkpoint; backend slurm", kills=True, needs_checkpoints=True, backend="slurm",
+         impl="chaos.faults.slurm:SlurmRequeue"),
     Kind("checkpoint", "damage the newest checkpoint between its save and the next load: corrupt bytes, "
-         "truncate, delete its metadata", family="checkpoint", explore_order=2, needs_checkpoints=True),
+         "truncate, delete its metadata", family="checkpoint", explore_order=2, needs_checkpoints=True,
+         impl="chaos.faults.checkpoint:CheckpointDamage"),
     Kind("gradient", "SDC in one rank's gradient (bitflip, nan, inf, scale, noise), before (local) or after "
          "(replica) the all-reduce, for one step or N; carried out by the probe", family="sdc", explore_order=9,
-         in_process=True),
+         in_process=True,
+         impl="chaos.faults.sdc:InProcess"),
     Kind("parameter", "SDC: a bitflip in one rank's weight in memory after the optimizer step; carried out by "
-         "the probe", family="sdc", explore_order=10, in_process=True),
+         "the probe", family="sdc", explore_order=10, in_process=True,
+         impl="chaos.faults.sdc:InProcess"),
 )
 
 BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}  # the built-in rows

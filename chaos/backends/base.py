@@ -13,9 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from chaos.backends.replica_groups import GroupRuntime
+from chaos.history import RunnerLog
 from chaos.net.node import NodeNet
+from chaos.scenario import SlurmBackendSpec
 
-__all__ = ["Backend", "LaunchSpec", "NodeNet"]
+__all__ = ["Backend", "LaunchSpec", "NodeHosts", "NodeNet", "SlurmControl"]
 
 
 @dataclass
@@ -31,6 +34,70 @@ class LaunchSpec:
     torchrun_args: list[str] = field(default_factory=list)
     cwd: str | None = None  # the workers' working directory (target.cwd); None: the run directory
     python: str | None = None  # the interpreter of torchrun and the workers (target.python); None: chaos's own
+
+
+class NodeHosts(Protocol):
+    """What chaos does on the machines that hold the nodes where they are not this one (``ssh``, ``slurm``: each
+    node's host daemon does it, :mod:`chaos.hostd`): the checkpoints there (the disk fault's mount, the newest
+    checkpoint and its damage, the checkpoint watcher) and the black-box observer. Where the nodes' files are
+    this machine's (``local``, ``netns``, ``docker``) :meth:`Backend.hosts` is None and the runner and faults do
+    it here."""
+
+    def fuse_status(self) -> tuple[bool, str]:
+        """Whether disk faults can work on every host (node-local checkpoints and FUSE there): (ok, why not)."""
+
+    def checkpoint_mount(self) -> Any:
+        """The run's ``env.disk``: the disk fault's filesystem on every host, not mounted yet (it stands for
+        :class:`chaos.disk.mount.DiskMount`)."""
+
+    def checkpoint_watcher(self, log: RunnerLog) -> Any:
+        """The checkpoint watcher the runner uses instead of its own (it stands for
+        :class:`chaos.run.ckptwatch.CheckpointWatcher`): one on each host."""
+
+    def newest_checkpoints(self, globs: list[str]) -> list[tuple[int, dict[str, Any]]]:
+        """(node, the newest checkpoint there) of every host that holds one."""
+
+    def damage_checkpoint(self, spec: Any, globs: list[str]) -> dict[str, Any]:
+        """Do a ``checkpoint`` fault's damage to the newest checkpoint of all hosts; what was done. Raises
+        :class:`~chaos.errors.ChaosError` when there is none."""
+
+    def blackbox_observer(self) -> Any:
+        """The class the runner makes instead of :class:`chaos.observe.observer.Observer`: one observer on
+        each host."""
+
+
+class SlurmControl(Protocol):
+    """What Slurm's own faults (``slurm-*``, ``slurmd-kill``; :mod:`chaos.faults.slurm`) ask of the backend
+    that holds a Slurm allocation (``slurm``, :class:`chaos.backends.slurm.backend.SlurmBackend`): node states,
+    signals to the job's steps, a requeue, the node daemons. Each raises :class:`~chaos.errors.ChaosError`
+    when Slurm refuses."""
+
+    slurm: SlurmBackendSpec  # the scenario's backend section (reach, requeue, checkpoint_dir, slurmd_start)
+
+    def set_node_state(self, node: int, state: str, reason: str) -> dict[str, Any]:
+        """``scontrol update`` node ``node`` to ``state`` (DOWN, DRAIN) with ``reason``; returns what was done,
+        its ``slurm_node`` name included."""
+
+    def resume_node(self, name: str) -> bool:
+        """Give Slurm node ``name`` back (``State=RESUME``) if it is still DOWN or DRAINED; True if it was."""
+
+    def signal_steps(self, signame: str, node: int | None) -> dict[str, Any]:
+        """``scancel --signal`` the job step of ``node`` (every step when None)."""
+
+    def requeue(self, signame: str, grace_s: float, begin_now: bool, resubmit: bool = False) -> dict[str, Any]:
+        """Preempt and requeue the job: signal every step, wait ``grace_s`` s, end the nodes' sessions, requeue."""
+
+    def relaunch(self) -> dict[str, Any]:
+        """Wait until Slurm runs the requeued job again, then start the nodes on the new allocation."""
+
+    def slurmd_timeout_s(self) -> float | None:
+        """The cluster's SlurmdTimeout, seconds (None: unknown)."""
+
+    def kill_slurmd(self, node: int) -> dict[str, Any]:
+        """SIGKILL ``slurmd`` on ``node``."""
+
+    def start_slurmd(self, node: int, wait_s: float = 60.0) -> dict[str, Any]:
+        """Start ``slurmd`` on ``node`` again and wait up to ``wait_s`` s until the controller sees it."""
 
 
 class Backend(Protocol):
@@ -121,5 +188,15 @@ class Backend(Protocol):
 
     def thaw_node(self, node: int) -> dict[str, Any]:
         """Undo :meth:`freeze_node`. Idempotent."""
+
+    def slurm_control(self) -> SlurmControl | None:
+        """The backend as Slurm's own faults drive it; None on every backend but ``slurm``."""
+
+    def hosts(self) -> NodeHosts | None:
+        """What chaos does on the nodes' own machines (``ssh``, ``slurm``); None where they are this one."""
+
+    groups: GroupRuntime | None
+    """A torchft run's replica groups (the Lighthouse, each group's cgroup): ``local`` with
+    ``backend.replica_groups`` only; None otherwise."""
 
     def teardown(self) -> None: ...

@@ -14,6 +14,7 @@ import signal
 
 import psutil
 
+from chaos.backends.replica_groups import GroupRuntime
 from chaos.manifest import same_process
 
 
@@ -155,6 +156,16 @@ def starts_of(procs: list[psutil.Process]) -> dict[int, float | None]:
 class LocalProcesses:
     """The process part of the backend contract where the run's processes are on this host
     (``local``, ``netns``, ``docker``): host pids, checked and signalled here."""
+
+    groups: GroupRuntime | None = None  # torchft replica groups (the local backend's HostAgents sets its own)
+
+    def slurm_control(self) -> None:
+        """No Slurm here (see :meth:`chaos.backends.base.Backend.slurm_control`)."""
+        return None
+
+    def hosts(self) -> None:
+        """The nodes' files are this machine's (see :meth:`chaos.backends.base.Backend.hosts`)."""
+        return None
 
     def process_start(self, host_pid: int) -> float | None:
         """Start time (Unix s) of ``host_pid``, or None if it is gone."""

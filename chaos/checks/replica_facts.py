@@ -194,3 +194,39 @@ def window_end(history: History, hit: Hit, back: list[Return]) -> float:
         if after:
             return float(min(after))
     return last
+
+
+def rejoined_at(history: History, back: Return) -> float:
+    """When group ``back.group`` could rejoin after coming back: its first torchft, quorum, heal or step event
+    since (its new Manager made: a worker that takes seconds to import and start under load is not back before
+    that), else when it came back."""
+    ranks = groups(history).get(back.group, [])
+    first = next((float(e["t"]) for e in history.job_events("torchft", "quorum", "heal", "step")
+                  if e["t"] >= back.t and e.get("rank") in ranks), None)
+    return back.t if first is None else first
+
+
+def peers_done(history: History, back: Return, by_group: dict[int, list[int]]) -> Event | None:
+    """The last step of the groups other than ``back.group`` when every one of them took its last step
+    before ``back`` could rejoin (:func:`rejoined_at`: no peer was left to heal from or to form a quorum
+    with); else None."""
+    last = [group_steps(history, ranks)[-1:] for g, ranks in by_group.items() if g != back.group]
+    ready = rejoined_at(history, back)
+    if not last or any(not s or s[0]["t"] >= ready for s in last):
+        return None
+    return max((s[0] for s in last), key=lambda e: float(e["t"]))
+
+
+def too_late(history: History, back: Return, done: Event) -> str:
+    """In words: ``back`` came back after every other group had finished (``done``: the last one's last step)."""
+    return (f"replica group {back.group} came back after {back.hit.name} ({rel(history, back.t)}; it could rejoin "
+            f"at {rel(history, rejoined_at(history, back))}) after every other group had finished (the last, replica "
+            f"group {done.get('replica_group_id')}, took its last step {done.get('step')} at "
+            f"{rel(history, float(done['t']))}): there was no peer to heal from or rejoin; give the job more steps "
+            "(or slower ones) after the fault so the others are still training")
+
+
+def lonely_returns(history: History) -> list[str]:
+    """In words, each group that came back after every other group had finished (:func:`peers_done`)."""
+    by_group = groups(history)
+    return [too_late(history, r, done) for r in returns(history) if (done := peers_done(history, r, by_group))]

@@ -20,9 +20,11 @@ from chaos.checks.replica_facts import (
     groups_word,
     hits,
     label,
+    peers_done,
     rel,
     returns,
     starts_after,
+    too_late,
     window_end,
 )
 from chaos.history import Event, History
@@ -151,22 +153,6 @@ def _digests(history: History, ranks: list[int], step: int) -> dict[int, str]:
     return out
 
 
-def peers_done(history: History, back: Return, by_group: dict[int, list[int]]) -> Event | None:
-    """The last step of the groups other than ``back.group`` when every one of them took its last step
-    before ``back`` came back (no peer was left to heal from or to form a quorum with); else None."""
-    last = [group_steps(history, ranks)[-1:] for g, ranks in by_group.items() if g != back.group]
-    if not last or any(not s or s[0]["t"] >= back.t for s in last):
-        return None
-    return max((s[0] for s in last), key=lambda e: float(e["t"]))
-
-
-def _too_late(history: History, back: Return, done: Event) -> str:
-    return (f"replica group {back.group} came back after {back.hit.name} ({rel(history, back.t)}) after every "
-            f"other group had finished (the last, replica group {done.get('replica_group_id')}, took its last step "
-            f"{done.get('step')} at {rel(history, float(done['t']))}): there was no peer to heal from or rejoin; "
-            "give the job more steps (or slower ones) after the fault so the others are still training")
-
-
 def _judge_return(history: History, back: Return, by_group: dict[int, list[int]]) -> tuple[Status, str, list[Event]]:
     """(status, words, events) for one returning group."""
     g, ranks = back.group, by_group.get(back.group, [])
@@ -177,7 +163,7 @@ def _judge_return(history: History, back: Return, by_group: dict[int, list[int]]
     heal = next((e for e in history.job_events("heal") if e.get("rank") in ranks and back.hit.t < e["t"] <= first["t"]
                  and e.get("source", "peer") == "peer"), None)
     if heal is None and (done := peers_done(history, back, by_group)) is not None:
-        return "unknown", _too_late(history, back, done), [done]
+        return "unknown", too_late(history, back, done), [done]
     if heal is None:
         loaded = next((e for e in history.job_events("checkpoint_loaded")
                        if e.get("rank") in ranks and back.hit.t < e["t"] <= first["t"]), None)
@@ -282,7 +268,7 @@ def quorum_changes(history: History, ctx: CheckContext) -> Verdict:
             every = [rank for ranks in by_group.values() for rank in ranks]
             full = _first_step(history, every, r.t, True, count)
             if full is None and (done := peers_done(history, r, by_group)) is not None:
-                unsure.append(_too_late(history, r, done))
+                unsure.append(too_late(history, r, done))
                 continue
             if full is None:
                 last = history.job_events("step")[-1]

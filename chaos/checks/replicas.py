@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from chaos.checks.base import CheckContext, Verdict, check, require, short
+from chaos.checks.replica_facts import lonely_returns
 from chaos.history import Event, History
 
 
@@ -111,6 +112,9 @@ def replicas_agree(history: History, ctx: CheckContext) -> Verdict:
             failed.append(f"{label}{how}{when}")
         elif len(digests) > 1:
             agreed.append(f"{label}{_ranks(sorted(digests))} agree (digest {short(next(iter(digests.values())))})")
+    if failed and (alone := lonely_returns(history)):  # torchft: it trained on alone, having nobody to heal from
+        return Verdict(name, "unknown", "the replicas disagree (" + "; ".join(failed) + "), but " + "; ".join(alone)
+                       + ", so it trained on alone: whether replicas that could heal agree cannot be told", events=events)
     if failed:
         return Verdict(name, "failed", "the replicas disagree: " + "; ".join(failed + agreed), events=events)
     if not agreed:

@@ -146,6 +146,16 @@ def judge_lost(name: str, items: Sequence[K], measure_one: Callable[[K], Measure
     if bound is None:
         return Verdict(name, "unknown", "no bound: set target.checkpoint_every or `progress_lost: {max_steps: N}`"
                        + hint)
+    measured = _measure_all(name, items, measure_one)
+    if isinstance(measured, Verdict):
+        return measured
+    worst, parts = measured
+    return _against(name, worst, float(bound), parts, f" (bound {bound})", unit, _faults(items))
+
+
+def _measure_all(name: str, items: Sequence[K], measure_one: Callable[[K], Measured | Stop]
+                 ) -> tuple[Measured, list[str]] | Verdict:
+    """(the worst of every fault's measure, each one's words), or the verdict of the first :class:`Stop`."""
     worst = Measured(0.0, "")
     parts: list[str] = []
     for k in items:
@@ -154,7 +164,7 @@ def judge_lost(name: str, items: Sequence[K], measure_one: Callable[[K], Measure
             return Verdict(name, m.status, m.reason, events=[k.fault])
         worst = Measured(max(worst.value, m.value), "", max(worst.least, m.least))
         parts.append(m.text)
-    return _against(name, worst, float(bound), parts, f" (bound {bound})", unit, _faults(items))
+    return worst, parts
 
 
 def judge_recovery(name: str, items: Sequence[K], measure_one: Callable[[K], Measured | Stop],
@@ -166,14 +176,10 @@ def judge_recovery(name: str, items: Sequence[K], measure_one: Callable[[K], Mea
     None: reported only)."""
     if not items:
         return Verdict(name, "unknown", "no fault killed a process in this run, so there was no recovery to time")
-    worst = Measured(0.0, "")
-    parts: list[str] = []
-    for k in items:
-        m = measure_one(k)
-        if isinstance(m, Stop):
-            return Verdict(name, m.status, m.reason, events=[k.fault])
-        worst = Measured(max(worst.value, m.value), "", max(worst.least, m.least))
-        parts.append(m.text)
+    measured = _measure_all(name, items, measure_one)
+    if isinstance(measured, Verdict):
+        return measured
+    worst, parts = measured
     if bound is None:
         return Verdict(name, "ok", "; ".join(parts), value=round(worst.value, 3), unit="s", events=_faults(items))
     return _against(name, worst, float(bound), parts, f" (bound {float(bound):g} s)", "s", _faults(items))

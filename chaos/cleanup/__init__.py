@@ -13,7 +13,7 @@ from typing import Any
 
 from chaos.cleanup.find import Item, Plan, plan
 from chaos.cleanup.undo import FAILED, GONE, KEPT, REMOVED, WOULD, Outcome, undo
-from chaos.manifest import registered_runs, unregister
+from chaos.registry import registered_runs, unregister
 
 ROUNDS = 3  # looks at the machine, at most, while each look still finds processes to kill
 

@@ -46,7 +46,7 @@ from chaos.cleanup.snapshot import (
     snapshot,
     untrusted_manifest,
 )
-from chaos.manifest import registered_runs
+from chaos.registry import registered_runs
 
 ORDER = ("slurm_job", "process", "mount", "qdisc", "chain", "cgroup", "netns", "veth", "bridge", "container", "network", "image",
          "reservation", "runner")

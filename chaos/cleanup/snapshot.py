@@ -21,7 +21,8 @@ import psutil
 
 from chaos.backends.names import token_of
 from chaos.cleanup.owner import Facts, Labelled, Proc, RunRecord, pid_alive
-from chaos.manifest import MANIFEST, Manifest, Scan, held, registered_runs
+from chaos.manifest import MANIFEST, Manifest, Scan
+from chaos.registry import held, registered_runs
 from chaos.safedir import others_may_write, trusted_owner
 
 NETNS_DIR = Path("/run/netns")

@@ -10,43 +10,24 @@ import os
 import re
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from chaos.cleanup.find import Item, Plan
+from chaos.cleanup.outcome import FAILED, GONE, KEPT, REMOVED, WOULD, Outcome
 from chaos.cleanup.snapshot import NETNS_DIR
+from chaos.cleanup.undo_docker import undo_container, undo_image, undo_network
+from chaos.cleanup.undo_slurm import foreign_job, undo_slurm_job
 from chaos.errors import ChaosError
-from chaos.manifest import Manifest, same_process, unregister
+from chaos.manifest import Manifest, same_process
+from chaos.registry import unregister
 
 SELF_EXIT_S = 3.0  # a delayer or disk filesystem notices its parent's death within 0.5 s
 TERM_WAIT_S = 5.0
 KILL_WAIT_S = 5.0
 LINK_WAIT_S = 3.0
-
-REMOVED, GONE, KEPT, FAILED, WOULD = "removed", "gone", "kept", "failed", "would remove"
-
-
-@dataclass
-class Outcome:
-    """What became of one item: ``status`` (removed, gone — nothing was left to undo, kept — left on
-    purpose, failed, would remove) and ``detail``."""
-
-    item: Item
-    status: str
-    detail: str = ""
-
-    @property
-    def failed(self) -> bool:
-        return self.status == FAILED
-
-    def to_json(self) -> dict[str, Any]:
-        i = self.item
-        return {"kind": i.kind, "name": i.name, "run": i.run_id, "source": i.source, "owner": i.why,
-                "status": self.status, "detail": self.detail, "ids": i.ids}
-
 
 # -- one undo per kind -------------------------------------------------------------------------------
 def _kill_process(ids: dict[str, Any], docker: Any, run_id: str | None = None,
@@ -208,122 +189,6 @@ def _link(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
     return REMOVED, "link"
 
 
-def _ours(obj: Any) -> bool:
-    labels = (getattr(obj, "labels", None) if hasattr(obj, "labels") else None) or obj.attrs.get("Labels") or {}
-    return labels.get("chaos") == "1" and bool(labels.get("chaos.run"))
-
-
-def _container(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
-    if docker is None:
-        return FAILED, "no Docker engine answers"
-    import docker.errors as derr
-
-    try:
-        c = docker.containers.get(str(ids["name"]))
-    except derr.NotFound:
-        return GONE, "no such container"
-    if not _ours(c):
-        return KEPT, "not labelled chaos=1 and chaos.run: not ours"
-    try:
-        if c.status == "paused":
-            c.unpause()
-        c.remove(force=True, v=True)
-    except derr.NotFound:
-        return GONE, "no such container"
-    except Exception as exc:
-        return FAILED, f"docker rm -f {c.name}: {exc}"[:300]
-    return REMOVED, f"container ({c.status})"
-
-
-def _network(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
-    if docker is None:
-        return FAILED, "no Docker engine answers"
-    import docker.errors as derr
-
-    name = str(ids["name"])
-    nets = [n for n in docker.networks.list(names=[name]) if n.name == name]
-    if not nets:
-        return GONE, "no such network"
-    for net in nets:
-        if not _ours(net):
-            return KEPT, "not labelled chaos=1 and chaos.run: not ours"
-        try:
-            net.remove()
-        except derr.NotFound:
-            continue
-        except Exception as exc:
-            return FAILED, f"docker network rm {name}: {exc}"[:300]
-    return REMOVED, "network"
-
-
-def _image(ids: dict[str, Any], docker: Any, busy: bool = False) -> tuple[str, str]:
-    if docker is None:
-        return FAILED, "no Docker engine answers"
-    import docker.errors as derr
-
-    tag = str(ids["tag"])
-    try:
-        image = docker.images.get(tag)
-    except derr.ImageNotFound:
-        return GONE, "no such image"
-    if (image.labels or {}).get("chaos") != "1":
-        return KEPT, "not labelled chaos=1: not ours"
-    users = [c.name for c in docker.containers.list(all=True) if c.image is not None and c.image.id == image.id]
-    if users:
-        return KEPT, f"the shared node image is used by {', '.join(users[:3])}"
-    if busy:
-        return KEPT, "the shared node image: other chaos runs are alive and may start containers of it"
-    try:
-        docker.images.remove(image.id, force=False)
-    except derr.ImageNotFound:
-        return GONE, "no such image"
-    except Exception as exc:
-        return KEPT, f"in use ({exc})"[:300]
-    return REMOVED, "built node image"
-
-
-def _slurm_job(ids: dict[str, Any], docker: Any) -> tuple[str, str]:
-    """Cancel a dead run's Slurm job if the controller still runs it under the run's name and this user."""
-    from chaos.backends.slurm import commands
-
-    job_id = str(ids.get("job_id", ""))
-    if not job_id.isdigit():
-        return FAILED, f"{job_id!r} is not a Slurm job id"
-    why = _foreign_job(job_id, str(ids.get("name", "")))
-    if why:
-        if why.startswith("gone"):
-            return GONE, why
-        return KEPT, why  # another's job, or a cluster this machine cannot ask (gone with a test lab): left
-    import pwd
-
-    # Slurm filters too (name and user): a job that changed hands since it was looked at is not touched
-    out = commands.run("scancel", f"--name={ids.get('name')}", f"--user={pwd.getpwuid(os.geteuid()).pw_name}", job_id,
-                       check=False)
-    if out.returncode != 0:
-        return FAILED, f"scancel {job_id}: {out.stderr.strip()[-200:]}"
-    return REMOVED, f"cancelled Slurm job {job_id}"
-
-
-def _foreign_job(job_id: str, name: str) -> str | None:
-    """Why job ``job_id`` is not to be cancelled (gone, ended, another name or user), or None."""
-    from chaos.backends.slurm import commands
-
-    if commands.missing_tool():
-        return f"cannot ask Slurm here (its tools are missing): `scancel {job_id}` on the cluster"
-    try:
-        rec = commands.job(job_id)
-    except ChaosError as exc:
-        return f"cannot ask Slurm about job {job_id}: {exc}"
-    if rec is None or rec.get("JobState") not in ("PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "REQUEUED"):
-        return f"gone: Slurm job {job_id} is {rec.get('JobState') if rec else 'no longer known'}"
-    if rec.get("JobName") != name or not name.startswith("chaos-"):
-        return f"Slurm job {job_id} is named {rec.get('JobName')!r}, not {name!r}: not this run's"
-    uid = rec.get("UserId", "").rsplit("(", 1)[-1].rstrip(")")
-    if uid != str(os.geteuid()):
-        return f"Slurm job {job_id} belongs to {rec.get('UserId')}, not to this user"
-    return None
-
-
 def _cgroup_dir(ids: dict[str, Any]) -> Path | None:
     """The cgroup directory an item names, if it is one chaos gives under this host's cgroup v2 root."""
     from chaos.backends.names import token_of
@@ -361,11 +226,11 @@ UNDO: dict[str, Callable[[dict[str, Any], Any], tuple[str, str]]] = {
     "cgroup": _cgroup,
     "veth": _link,
     "bridge": _link,
-    "container": _container,
-    "network": _network,
+    "container": undo_container,
+    "network": undo_network,
     "reservation": _nothing("the kernel dropped its lock with the runner"),
     "runner": _nothing("the runner is gone"),
-    "slurm_job": _slurm_job,
+    "slurm_job": undo_slurm_job,
     "remote_host": lambda ids, docker: (KEPT, f"on node {ids.get('address')}: its daemon undid the run when its "
                                               "job step ended; else the job's batch script did") if ids.get("backend") == "slurm"
     else (KEPT, f"on host {ids.get('address')}: its daemon undid the run when the session ended; else "
@@ -405,7 +270,7 @@ def present(item: Item, docker: Any) -> bool:
         if item.kind in ("runner", "reservation"):
             return False
         if item.kind == "slurm_job":
-            why = _foreign_job(str(ids.get("job_id", "")), str(ids.get("name", "")))
+            why = foreign_job(str(ids.get("job_id", "")), str(ids.get("name", "")))
             return why is None or why.startswith("cannot ask")
     except (ChaosError, OSError, subprocess.SubprocessError, ValueError):
         return True
@@ -468,7 +333,7 @@ def undo(plan: Plan, dry_run: bool = False, docker: Any = None) -> list[Outcome]
             if why_not is not None:
                 status, detail = KEPT, why_not
             elif item.kind == "image":
-                status, detail = _image(item.ids, docker, busy)
+                status, detail = undo_image(item.ids, docker, busy)
             elif item.kind == "process":
                 status, detail = _kill_process(item.ids, docker, item.run_id, plan.runners.get(item.run_id or ""))
             elif item.kind in UNDO:

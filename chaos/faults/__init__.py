@@ -1,48 +1,38 @@
-"""Fault implementations. ``FAULTS`` maps a scenario's ``fault:`` name to its class (network and disk
-faults are imported on first use); the kinds and their traits are the table in :mod:`chaos.kinds`."""
+"""Fault implementations. A scenario's ``fault:`` name is a row of the kinds table (:mod:`chaos.kinds`), which
+names its implementation (``impl``, imported when first asked for: :func:`fault_class`), or a third-party
+fault (entry point group ``chaos.faults``). A new built-in fault kind is a spec (:mod:`chaos.scenario.faults`),
+an implementation here and a kinds row."""
 
 from __future__ import annotations
 
+import importlib
+
 from chaos import kinds
 from chaos.faults.base import Fault, FaultEnv, SpecFault
-from chaos.faults.checkpoint import CheckpointDamage
-from chaos.faults.lighthouse import LighthousePartition
-from chaos.faults.process import Kill, NodeCrash, NodeRestart, Pause
-from chaos.faults.sdc import InProcess
-from chaos.faults.slurm import SlurmdKill, SlurmDown, SlurmDrain, SlurmRequeue, SlurmSignal
 from chaos.scenario import FaultSpec
-
-FAULTS: dict[str, type] = {"kill": Kill, "gradient": InProcess, "parameter": InProcess, "pause": Pause,
-                           "node-crash": NodeCrash, "node-restart": NodeRestart, "checkpoint": CheckpointDamage,
-                           "slurm-down": SlurmDown, "slurm-signal": SlurmSignal, "slurm-requeue": SlurmRequeue,
-                           "slurm-drain": SlurmDrain, "slurmd-kill": SlurmdKill,
-                           "lighthouse-partition": LighthousePartition}
 
 FAULT_DOCS = kinds.FAULT_DOCS  # one line per kind, from the kinds table
 
 
 def fault_class(name: str) -> type:
-    """The class for a ``fault:`` name (network faults are imported on first use). Raises
-    :class:`~chaos.plugins.PluginError` for a plugin fault whose class is not a :class:`SpecFault`."""
-    if name in kinds.BY_NAME and kinds.kind(name).network:
-        from chaos.faults.network import NETWORK_FAULT_CLASSES
+    """The class for a ``fault:`` name: the kinds row's ``impl``, else a loaded plugin's class. Raises
+    :class:`~chaos.plugins.PluginError` for a plugin fault whose class is not a :class:`SpecFault`, KeyError
+    for a name that is neither."""
+    row = kinds.BY_NAME.get(name)
+    if row is not None and row.impl:
+        module, _, cls = row.impl.partition(":")
+        found: type = getattr(importlib.import_module(module), cls)
+        return found
+    from chaos.plugins import FAULT_GROUP, PluginError, fault_plugin
 
-        return NETWORK_FAULT_CLASSES[name]
-    if name == "disk":
-        from chaos.faults.disk import Disk
-
-        return Disk
-    if name not in FAULTS:  # a third-party fault (entry point group chaos.faults); loaded when validated
-        from chaos.plugins import FAULT_GROUP, PluginError, fault_plugin
-
-        plugin = fault_plugin(name)
-        if plugin is not None:
-            if not issubclass(plugin.fault, SpecFault):
-                raise PluginError(FAULT_GROUP, name, f"fault plugin {name!r}: its fault class "
-                                  f"{plugin.fault.__qualname__} must subclass chaos.faults.base.SpecFault (the "
-                                  "contract the nemesis reads: traits, inject, heal, prepare/teardown)")
-            return plugin.fault
-    return FAULTS[name]
+    plugin = fault_plugin(name)  # a third-party fault (entry point group chaos.faults); loaded when validated
+    if plugin is None:
+        raise KeyError(name)
+    if not issubclass(plugin.fault, SpecFault):
+        raise PluginError(FAULT_GROUP, name, f"fault plugin {name!r}: its fault class {plugin.fault.__qualname__} "
+                          "must subclass chaos.faults.base.SpecFault (the contract the nemesis reads: traits, inject, "
+                          "heal, prepare/teardown)")
+    return plugin.fault
 
 
 def build_fault(spec: FaultSpec, index: int) -> Fault:
@@ -51,4 +41,4 @@ def build_fault(spec: FaultSpec, index: int) -> Fault:
     return fault
 
 
-__all__ = ["FAULTS", "FAULT_DOCS", "Fault", "FaultEnv", "build_fault", "fault_class"]
+__all__ = ["FAULT_DOCS", "Fault", "FaultEnv", "build_fault", "fault_class"]

@@ -119,16 +119,16 @@ class CheckpointDamage(SpecFault):
     spec: CheckpointFault
 
     def ready(self, env: FaultEnv) -> bool:
-        remote = getattr(env.backend, "newest_checkpoints", None)  # ssh: asked on every host
-        return bool(remote(env.checkpoint_globs)) if remote is not None else _newest(env) is not None
+        hosts = env.backend.hosts()  # ssh: asked on every host
+        return bool(hosts.newest_checkpoints(env.checkpoint_globs)) if hosts is not None else _newest(env) is not None
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:
         """Damage the newest checkpoint (on ssh: on the host, or hosts, holding the newest). Returns the
         mode, the checkpoint's name and step and what was done to which file. Raises
         :class:`~chaos.errors.ChaosError` when there is no checkpoint or the damage cannot be done."""
-        remote = getattr(env.backend, "damage_checkpoint", None)
-        if remote is not None:
-            return dict(remote(self.spec, env.checkpoint_globs))
+        hosts = env.backend.hosts()
+        if hosts is not None:
+            return hosts.damage_checkpoint(self.spec, env.checkpoint_globs)
         ckpt = _newest(env)
         if ckpt is None:
             where = env.checkpoint_globs or checkpoint_root(env)

@@ -24,9 +24,9 @@ def mount_checkpoints(env: FaultEnv, record: Record) -> None:
     :meth:`chaos.disk.mount.DiskMount.mount` raises (OSError, ChaosError) when it cannot mount."""
     if env.disk is not None or not env.run_dir:
         return
-    remote = getattr(env.backend, "checkpoint_mount", None)
-    if remote is not None:  # ssh: one mount on each host, in that host's manifest (its daemon undoes it)
-        env.disk = remote()
+    hosts = env.backend.hosts()
+    if hosts is not None:  # ssh: one mount on each host, in that host's manifest (its daemon undoes it)
+        env.disk = hosts.checkpoint_mount()
         record("disk_mount", mountpoint=str(env.disk.mountpoint), on="every host, before the agents start")
         env.disk.mount()
         return
@@ -47,10 +47,9 @@ def mount_checkpoints(env: FaultEnv, record: Record) -> None:
 def fuse_ok(env: FaultEnv) -> tuple[bool, str]:
     """Whether the FUSE filesystem can be mounted where the job's checkpoints are (this machine, or on
     ssh every host, asked by the backend); (ok, why not)."""
-    remote = getattr(env.backend, "fuse_status", None)
-    if remote is not None:
-        ok, why = remote()
-        return bool(ok), str(why)
+    hosts = env.backend.hosts()
+    if hosts is not None:
+        return hosts.fuse_status()
     from chaos.disk.mount import fuse_status
 
     return fuse_status()

@@ -29,7 +29,7 @@ from chaos.scenario import DelayFault
 
 def has_replica_groups(env: FaultEnv) -> bool:
     """True when the run's backend runs torchft replica groups (``backend.replica_groups``)."""
-    return getattr(env.backend, "groups", None) is not None
+    return env.backend.groups is not None
 
 
 class GroupDelay:
@@ -45,8 +45,8 @@ class GroupDelay:
     def preflight(self, env: FaultEnv) -> None:
         """Raise :class:`~chaos.errors.CapabilityError` if the group does not exist, ``mechanism: netem``
         was asked for, or cgroup v2, iptables or the NetfilterQueue package is missing."""
-        nodes = getattr(env.backend, "nodes", None)
-        if isinstance(nodes, int) and self.spec.node >= nodes:
+        nodes = env.backend.nodes
+        if self.spec.node >= nodes:
             raise CapabilityError("node", f"delay: replica group {self.spec.node} does not exist (the backend has "
                                   f"{nodes}: 0..{nodes - 1})")
         if self.spec.mechanism == "netem":
@@ -66,8 +66,8 @@ class GroupDelay:
                                   "(apt-get install libnetfilter-queue-dev; pip install NetfilterQueue)")
 
     def ready(self, env: FaultEnv) -> bool:
-        groups = env.backend.groups  # type: ignore[attr-defined]
-        return groups.cgroup_path(self.spec.node) is not None
+        groups = env.backend.groups
+        return groups is not None and groups.cgroup_path(self.spec.node) is not None
 
     def _chain(self, env: FaultEnv) -> str:
         return chain_name(env.run_id, self.id)
@@ -79,7 +79,7 @@ class GroupDelay:
         """Start the delayer and install the chain. Raises :class:`~chaos.errors.ChaosError` if the group
         has no cgroup, or the delayer cannot start (nothing is left then)."""
         s = self.spec
-        cgroup = require_cgroup(env.backend.groups, s.node, "delay")  # type: ignore[attr-defined]
+        cgroup = require_cgroup(env.backend.groups, s.node, "delay")
         chain = self._chain(env)
         env.manifest.add("chain", **self._ids(env))  # written down before it is made
         self._chain_recorded = True

@@ -51,12 +51,11 @@ class LighthousePartition(SpecFault):
     def preflight(self, env: FaultEnv) -> None:
         """Raise :class:`~chaos.errors.CapabilityError` if the run has no replica groups, the group
         does not exist, cgroup v2 cannot be written, or iptables is missing."""
-        groups = getattr(env.backend, "groups", None)
-        if groups is None:
+        if env.backend.groups is None:
             raise CapabilityError("replica groups", "lighthouse-partition: the backend runs no torchft replica groups; "
                                   "set backend.replica_groups (backend kind local)")
-        nodes = getattr(env.backend, "nodes", None)
-        if isinstance(nodes, int) and self.spec.node >= nodes:
+        nodes = env.backend.nodes
+        if self.spec.node >= nodes:
             raise CapabilityError("node", f"lighthouse-partition: replica group {self.spec.node} does not exist "
                                   f"(the backend has {nodes}: 0..{nodes - 1})")
         ok, why = cgroup_status()
@@ -67,7 +66,7 @@ class LighthousePartition(SpecFault):
                                   "(apt-get install iptables)")
 
     def ready(self, env: FaultEnv) -> bool:
-        groups = getattr(env.backend, "groups", None)
+        groups = env.backend.groups
         return groups is not None and bool(groups.port) and groups.cgroup_path(self.spec.node) is not None
 
     def _chain(self, env: FaultEnv) -> str:
@@ -78,8 +77,9 @@ class LighthousePartition(SpecFault):
                 "chain": self._chain(env)}
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:
-        groups = env.backend.groups  # type: ignore[attr-defined]
+        groups = env.backend.groups
         cgroup = require_cgroup(groups, self.spec.node, "lighthouse-partition")
+        assert groups is not None  # require_cgroup raised otherwise
         chain = self._chain(env)
         env.manifest.add("chain", **self._ids(env))  # written down before it is made
         self._installed = True

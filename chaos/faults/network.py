@@ -111,14 +111,14 @@ class _NetworkFault(SpecFault):
         """Raise :class:`~chaos.errors.CapabilityError` if the backend shares the host's network
         (``local``), a node is out of range, this process cannot enter namespaces, or the mechanism
         is missing (``mechanism: netem`` without sch_netem names the ``auto`` fallback)."""
-        kind = getattr(env.backend, "kind", "")
+        kind = env.backend.kind
         if kind == "local":
             raise CapabilityError("network namespace", f"{self.spec.fault}: network faults need the netns or docker "
                                   "backend (the local backend's nodes share the host's network); use backend: "
                                   "{kind: netns} or {kind: docker}")
-        nodes = getattr(env.backend, "nodes", None)
-        bad = [n for n in self.nodes() if isinstance(nodes, int) and n >= nodes]
-        if bad and isinstance(nodes, int):
+        nodes = env.backend.nodes
+        bad = [n for n in self.nodes() if n >= nodes]
+        if bad:
             raise CapabilityError("node", f"{self.spec.fault}: node {bad[0]} does not exist (the backend has "
                                   f"{nodes} nodes: 0..{nodes - 1})")
         why = can_enter_namespaces()
@@ -260,7 +260,7 @@ class Loss(_QdiscFault):
         self.spec: LossFault = spec
 
     def _receivers(self, env: FaultEnv) -> list[int]:
-        return [n for n in range(int(getattr(env.backend, "nodes", 0))) if n != self.spec.node]
+        return [n for n in range(env.backend.nodes) if n != self.spec.node]
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:
         net = self._net(env, self.spec.node)
@@ -368,6 +368,4 @@ class Partition(_NetworkFault):
         return {"mechanism": "iptables", "chain": chain, "nodes": healed} if healed else None
 
 
-NETWORK_FAULT_CLASSES: dict[str, type] = {"delay": Delay, "loss": Loss, "bandwidth": Bandwidth, "partition": Partition}
-
-__all__ = ["NETWORK_FAULT_CLASSES", "Bandwidth", "Delay", "Loss", "Partition", "mechanism_for"]
+__all__ = ["Bandwidth", "Delay", "Loss", "Partition", "mechanism_for"]

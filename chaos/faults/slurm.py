@@ -12,23 +12,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from chaos.backends.base import SlurmControl
 from chaos.errors import CapabilityError, ChaosError
 from chaos.faults.base import FaultEnv, SpecFault
 from chaos.scenario import SlurmdKillFault, SlurmDownFault, SlurmDrainFault, SlurmRequeueFault, SlurmSignalFault
 
 
-def _slurm(env: FaultEnv, fault: str) -> Any:
-    backend = env.backend
-    if getattr(backend, "kind", None) != "slurm":
+def _slurm(env: FaultEnv, fault: str) -> SlurmControl:
+    control = env.backend.slurm_control()
+    if control is None:
         raise CapabilityError("slurm", f"fault {fault} acts through Slurm, which backend.kind="
-                              f"{getattr(backend, 'kind', '?')!r} does not have; use backend: {{kind: slurm}}")
-    return backend
+                              f"{env.backend.kind!r} does not have; use backend: {{kind: slurm}}")
+    return control
 
 
-def _in_steps(backend: Any, fault: str) -> None:
+def _in_steps(backend: SlurmControl, fault: str) -> None:
     """Refuse ``fault`` where the agents run outside the job's steps (``reach: ssh``): Slurm signals a
     job's steps, and a login's processes are in none (raises :class:`~chaos.errors.CapabilityError`)."""
-    if getattr(backend.slurm, "reach", "srun") != "srun":
+    if backend.slurm.reach != "srun":
         raise CapabilityError("slurm", f"{fault}: Slurm signals the job's steps, and with backend.reach: ssh the "
                               "agents run outside them (the signal would reach no worker); use reach: srun for it")
 
@@ -135,7 +136,7 @@ class SlurmRequeue(SpecFault):
             raise CapabilityError("slurm", "slurm-requeue: the job is submitted with --no-requeue, which Slurm "
                                   "will not requeue; set backend.requeue: true (sbatch --requeue), or resubmit: true on "
                                   "the fault")
-        if getattr(backend.slurm, "checkpoint_dir", None) is None:
+        if backend.slurm.checkpoint_dir is None:
             raise CapabilityError("slurm", "slurm-requeue: a requeued job may come back on other nodes, where "
                                   "node-local checkpoints are not; set backend.checkpoint_dir to a directory every "
                                   "node shares")

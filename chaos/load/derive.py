@@ -17,7 +17,7 @@ from chaos.load.loader import load_scenario, scenario_from_dict
 from chaos.scenario import NodesSpec, Scenario
 from chaos.scenario.base import short
 
-# top-level fields that can be set alone: no rule but the field's own and deadline_problems reads them
+# top-level fields that can be set alone: no rule but the field's own and deadline_problems (chaos.load.rules) reads them
 ONE_FIELD = ("name", "description", "deadline_s")
 
 
@@ -62,12 +62,14 @@ def derive_scenario(scenario: str | Path | Scenario | dict[str, Any], overrides:
 
 def _set(scenario: Scenario, values: dict[str, Any], validate: bool) -> Scenario:
     """``scenario`` with each of ``values`` (fields of :data:`ONE_FIELD`) set, validated alone (the field,
-    and for ``deadline_s`` the triggers' ``at_time_s`` before it), every problem reported at
-    once; ``validate=False`` for values already checked to be valid for their fields."""
+    and for ``deadline_s`` the rules that read it, :func:`chaos.load.rules.deadline_problems`: the triggers'
+    ``at_time_s`` before it, a slurm allocation outliving it), every problem reported at once;
+    ``validate=False`` for values already checked to be valid for their fields."""
     from pydantic import ValidationError
 
     from chaos.errors import ScenarioError
-    from chaos.load.loader import deadline_problems, describe_errors, sort_problems
+    from chaos.load.loader import describe_errors, sort_problems
+    from chaos.load.rules import deadline_problems
 
     copy = scenario.model_copy(deep=True, update=None if validate else values)
     problems: list[str] = []
@@ -77,7 +79,9 @@ def _set(scenario: Scenario, values: dict[str, Any], validate: bool) -> Scenario
         except ValidationError as exc:
             problems += describe_errors(exc, {key: value})
     if "deadline_s" in values:
-        problems += deadline_problems([f.model_dump(mode="json") for f in scenario.schedule], values["deadline_s"])
+        problems += deadline_problems({"schedule": [f.model_dump(mode="json") for f in scenario.schedule],
+                                       "backend": scenario.backend.model_dump(mode="json"),
+                                       "deadline_s": values["deadline_s"]})
     if problems:
         raise ScenarioError(sort_problems(problems), str(scenario.source) if scenario.source else None)
     return copy

@@ -5,7 +5,6 @@
 - :mod:`chaos.net.iptables` — our own ``CHAOS-`` chains: random loss, partitions, NFQUEUE.
 - :mod:`chaos.net.delayer` — the userspace NFQUEUE delayer, for kernels without ``sch_netem``.
 - :mod:`chaos.net.measure` — UDP echo/ping and TCP bulk-transfer tools (tests and benchmarks).
-- :mod:`chaos.net.lab` — throwaway namespaces on a private bridge (tests and benchmarks).
 
 Nothing here needs a tool inside a node's image: ``tc`` and ``iptables`` are the host's, run in the
 node's network namespace only. Only the delayer's own process imports ``netfilterqueue``.

@@ -11,7 +11,6 @@ verdict. Then :func:`chaos.verdicts.conclude.conclude` judges the merged history
 from __future__ import annotations
 
 import errno
-import json
 import math
 import os
 import shutil
@@ -21,18 +20,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from chaos.backends import LaunchSpec, make_backend
+from chaos.backends import make_backend
 from chaos.checks import Reference
 from chaos.checks.base import REFERENCE_DISABLED
 from chaos.checks.needs import needs_of
 from chaos.errors import RunsDirError, ScenarioError
 from chaos.faults import FaultEnv
 from chaos.history import JOURNAL_FORMAT, Event, EventTail, RunnerLog, merge_run_dir
-from chaos.manifest import Manifest, process_start, register_run
+from chaos.manifest import Manifest, process_start
 from chaos.observe.observer import Observer as BlackboxObserver
 from chaos.paths import default_runs_dir
+from chaos.registry import register_run
 from chaos.run.ckptwatch import CheckpointWatcher
 from chaos.run.final_compare import COMPARED, final_comparison
+from chaos.run.launch import launch_spec
 from chaos.run.nemesis import Nemesis
 from chaos.run.reference import ReferenceCache
 from chaos.run.rundir import dump_scenario, make_run_dir
@@ -42,27 +43,12 @@ from chaos.scenario.blackbox import resolve_pattern
 from chaos.timeline import prewarm as prewarm_report
 from chaos.verdicts.conclude import conclude
 from chaos.verdicts.result import RunResult
-from chaos.warm import ENV as LAUNCHER_ENV
 from chaos.worker_table import WorkerTable
 
 POLL_S = 0.02
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 FULL_BELOW = 16 << 20  # bytes free under which an unnamed ENOSPC is taken as the run directory's disk
 Observer = Callable[[Event], None]
-
-
-def _fill_args(scenario: Scenario, run_dir: Path) -> list[str]:
-    t = scenario.target
-    values = {"checkpoint_dir": str(run_dir / "checkpoints"), "run_dir": str(run_dir), "steps": t.steps or "",
-              "seed": t.seed, "checkpoint_every": t.checkpoint_every or "",
-              "collective_timeout_s": f"{t.collective_timeout_s:g}" if t.collective_timeout_s else ""}
-    return [a.format(**values) for a in t.launch_args()]
-
-
-def _torchrun_args(scenario: Scenario) -> list[str]:
-    """torchrun options of the target's own: a black-box target's output goes to a file per worker too
-    (``--tee 3``, under the backend's ``--log-dir``), and options passed on from its command."""
-    return (["--tee=3"] if scenario.blackbox is not None else []) + scenario.target.torchrun_extra()
 
 
 def run_scenario(
@@ -164,7 +150,8 @@ class _Run:
         self.needs = needs_of(scenario)  # what the checks need from the run (watcher, scans, bound)
         self.blackbox: BlackboxObserver | None = None
         if box is not None:
-            observer_class = getattr(self.backend, "blackbox_observer_class", BlackboxObserver)  # ssh: on each host
+            hosts = self.backend.hosts()
+            observer_class = hosts.blackbox_observer() if hosts is not None else BlackboxObserver  # ssh: on each host
             self.blackbox = observer_class(box, [f.trigger for f in scenario.schedule], self.backend, self.run_dir,
                                      scenario.base_dir, self.log, self.env, cwd=scenario.work_dir(self.run_dir),
                                      watch_writers=self.needs.writer_scan)
@@ -176,8 +163,9 @@ class _Run:
         self.hang_bound_s = self.needs.silence_bound_s
         self.watcher: Any = None  # a CheckpointWatcher, or the backend's own (ssh: one on each host)
         if self.needs.checkpoint_watch:
-            own = getattr(self.backend, "checkpoint_watcher", None)
-            self.watcher = own(self.log) if own is not None else CheckpointWatcher(self.run_dir / "checkpoints", self.log)
+            hosts = self.backend.hosts()
+            self.watcher = (hosts.checkpoint_watcher(self.log) if hosts is not None
+                            else CheckpointWatcher(self.run_dir / "checkpoints", self.log))
         self._last_event: dict[int, float] = {}  # id(worker) → time of its newest event
         self._worlds: set[int] = set()  # the world sizes the workers joined (their start events)
 
@@ -330,12 +318,7 @@ class _Run:
                 import torch  # noqa: F401  (the watcher loads checkpoints; import now, not mid-run)
             self._prepare_faults()
             self._notify(self.nemesis.arm())  # e.g. write holds on the mount, before the job starts
-            env = {**s.target.env, "CHAOS_RUN_DIR": str(self.run_dir), "CHAOS_RUN_ID": self.run_id,
-                   "CHAOS_RUNNER_PID": str(os.getpid()),
-                   "CHAOS_GATES": json.dumps(self.nemesis.gates()), "CHAOS_SDC": json.dumps(self.nemesis.sdc_faults()),
-                   **({LAUNCHER_ENV: "warm"} if s.target.launcher == "warm" else {})}
-            self.backend.start(LaunchSpec(str(s.script_path), _fill_args(s, self.run_dir), env, _torchrun_args(s),
-                                          cwd=str(s.work_dir(self.run_dir)), python=s.python_exe))
+            self.backend.start(launch_spec(s, self.run_dir, self.run_id, self.nemesis))
             self.nemesis.start(time.time())
             deadline = t_start + self.deadline_s
             while self.backend.running() or self.nemesis.awaiting_restart():

@@ -4,7 +4,7 @@ the ``local``, ``netns`` and ``docker`` kinds (:data:`BackendSpec`, discriminate
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -158,7 +158,7 @@ class HostKeysSpec(_Model):
 
 class SshBackendSpec(NodesSpec, HostKeysSpec):
     """Every node is a host reached over SSH (paramiko), with its own processes, clock and disk: one
-    torchrun agent per host, driven by a host daemon (``chaos.backends.ssh.hostd``) the runner starts
+    torchrun agent per host, driven by a host daemon (``chaos.hostd``) the runner starts
     there. Host keys are checked against ``known_hosts``."""
 
     kind: Literal["ssh"]
@@ -191,9 +191,7 @@ class SshBackendSpec(NodesSpec, HostKeysSpec):
         if isinstance(data, dict) and (data.get("inventory") is not None or data.get("ssh_config") is not None):
             raise ValueError("inventory and ssh_config are read when a scenario file is loaded (chaos.load_scenario, "
                              "scenario_from_dict); validate the scenario through them, or give hosts inline")
-        if isinstance(data, dict) and isinstance(data.get("hosts"), list) and data["hosts"] and "nodes" not in data:
-            return {**data, "nodes": len(data["hosts"])}
-        return data
+        return with_host_nodes(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _one_host_per_node(self) -> SshBackendSpec:
@@ -315,5 +313,16 @@ def slurm_minutes(value: str) -> float | None:
     return (a or 0) * 60 + b + c / 60  # HH:MM:SS
 
 
+def with_host_nodes(data: dict[str, Any]) -> dict[str, Any]:
+    """Raw ``backend:`` data with ``nodes`` as the ssh backend defaults it: one node per host where it
+    lists ``hosts`` and gives no ``nodes``; any other data as given."""
+    if data.get("kind") == "ssh" and isinstance(data.get("hosts"), list) and data["hosts"] and "nodes" not in data:
+        return {**data, "nodes": len(data["hosts"])}
+    return data
+
+
 BackendSpec = Annotated[LocalBackendSpec | NetnsBackendSpec | DockerBackendSpec | SshBackendSpec | SlurmBackendSpec,
                         Field(discriminator="kind")]
+# the backend.kind names, in BackendSpec's order
+BACKEND_KINDS: tuple[str, ...] = tuple(get_args(spec.model_fields["kind"].annotation)[0]
+                                       for spec in get_args(get_args(BackendSpec)[0]))

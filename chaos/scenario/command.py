@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.errors import CommandError
-from chaos.scenario.base import short
+from chaos.scenario.backend import NodesSpec
+from chaos.scenario.base import field_value, short
 
 # torchrun's options that take a value, and its flags (canonical spelling: dashes, no leading --)
 VALUED = {"nnodes", "nproc-per-node", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf", "max-restarts",
@@ -146,12 +147,13 @@ def _nnodes(value: str) -> tuple[int | None, int] | None:
 
 def conflicts(cmd: Command, backend: dict[str, Any]) -> list[str]:
     """The torchrun options of ``cmd`` that contradict ``backend`` (the scenario's raw ``backend:``
-    mapping; unset fields have their defaults), each as ``(message)`` naming both and the fix."""
+    mapping; unset fields have their defaults), each as ``(message)`` naming both and the fix. A backend
+    field of a value it does not take is left to the model's validation, which names it."""
     explicit = set(backend)
-    values = {"nodes": backend.get("nodes", 1), "min_nodes": backend.get("min_nodes"),
-              "nproc_per_node": backend.get("nproc_per_node", 2), "max_restarts": backend.get("max_restarts", 3),
-              "rdzv_backend": backend.get("rdzv_backend", "c10d")}
-    ints = {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
+    bad = object()
+    values = {key: field_value(NodesSpec, backend, key, invalid=bad)
+              for key in ("nodes", "min_nodes", "nproc_per_node", "max_restarts", "rdzv_backend")}
+    valid = {key for key, value in values.items() if value is not bad}
 
     def said(option: str, given: str, key: str, want: Any, fix: str) -> str:
         default = "" if key in explicit else " (its default)"
@@ -160,12 +162,12 @@ def conflicts(cmd: Command, backend: dict[str, Any]) -> list[str]:
 
     out = []
     opts = cmd.torchrun
-    if "nproc-per-node" in opts and "nproc_per_node" in ints:  # a backend value of the wrong type: the model says so
+    if "nproc-per-node" in opts and "nproc_per_node" in valid:
         given = opts["nproc-per-node"]
         if not given.isdigit() or int(given) != values["nproc_per_node"]:
             fix = f"nproc_per_node: {given}" if given.isdigit() else "nproc_per_node: N"
             out.append(said("nproc-per-node", given, "nproc_per_node", values["nproc_per_node"], fix))
-    if "nnodes" in opts and "nodes" in ints and (values["min_nodes"] is None or "min_nodes" in ints):
+    if "nnodes" in opts and {"nodes", "min_nodes"} <= valid:
         parsed = _nnodes(opts["nnodes"])
         low = values["min_nodes"] if values["min_nodes"] is not None and values["min_nodes"] < values["nodes"] else None
         if parsed != (low, values["nodes"]):
@@ -173,10 +175,10 @@ def conflicts(cmd: Command, backend: dict[str, Any]) -> list[str]:
                 else "nodes: N"
             want = f"{values['nodes']}" + (f" (min_nodes={low})" if low is not None else "")
             out.append(said("nnodes", opts["nnodes"], "nodes", want, fix))
-    if "max-restarts" in opts and "max_restarts" in ints and opts["max-restarts"] != str(values["max_restarts"]):
+    if "max-restarts" in opts and "max_restarts" in valid and opts["max-restarts"] != str(values["max_restarts"]):
         out.append(said("max-restarts", opts["max-restarts"], "max_restarts", values["max_restarts"],
                         f"max_restarts: {opts['max-restarts']}"))
-    if "rdzv-backend" in opts and isinstance(values["rdzv_backend"], str) and opts["rdzv-backend"] != values["rdzv_backend"]:
+    if "rdzv-backend" in opts and "rdzv_backend" in valid and opts["rdzv-backend"] != values["rdzv_backend"]:
         out.append(said("rdzv-backend", opts["rdzv-backend"], "rdzv_backend", values["rdzv_backend"],
                         f"rdzv_backend: {opts['rdzv-backend']} (c10d or static)"))
     return out

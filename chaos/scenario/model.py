@@ -14,11 +14,22 @@ from typing import Any
 from pydantic import Field, PrivateAttr, model_validator
 
 from chaos.scenario.backend import BackendSpec, LocalBackendSpec
-from chaos.scenario.base import _Model
+from chaos.scenario.base import _Model, field_default
 from chaos.scenario.blackbox import BlackboxSpec
 from chaos.scenario.checks import BLACKBOX_DEFAULT_CHECKS, DEFAULT_CHECKS, REPLICA_GROUP_DEFAULT_CHECKS, CheckSpec
 from chaos.scenario.plugin_faults import ScheduleItem
 from chaos.scenario.target import TargetSpec, python_of, work_dir_of
+
+
+def check_entry(item: Any) -> Any:
+    """One ``checks:`` entry in its long form ``{name: N, params: {...}}``: the YAML shorthands ``N`` and
+    ``{N: {param: value}}`` written out; anything else as given (the model's validation names it)."""
+    if isinstance(item, str):
+        return {"name": item}
+    if isinstance(item, dict) and len(item) == 1 and "name" not in item:
+        (name, params), = item.items()
+        return {"name": name, "params": params or {}}
+    return item
 
 
 class Scenario(_Model):
@@ -49,7 +60,7 @@ class Scenario(_Model):
     def _shorthands(cls, data: Any) -> Any:
         # `backend:` without `kind:` means the local backend.
         if isinstance(data, dict) and isinstance(data.get("backend"), dict) and "kind" not in data["backend"]:
-            data = {**data, "backend": {"kind": "local", **data["backend"]}}
+            data = {**data, "backend": {"kind": field_default(LocalBackendSpec, "kind"), **data["backend"]}}
         # a black-box target's default checks are those that can judge it from outside
         if isinstance(data, dict) and "checks" not in data and isinstance(data.get("target"), dict) \
                 and data["target"].get("blackbox") is not None:
@@ -59,16 +70,7 @@ class Scenario(_Model):
             data = {**data, "checks": list(REPLICA_GROUP_DEFAULT_CHECKS)}
         # YAML shorthand: `checks: [completes, {recovery_time: {max_s: 60}}]`.
         if isinstance(data, dict) and isinstance(data.get("checks"), list):
-            out: list[Any] = []
-            for item in data["checks"]:
-                if isinstance(item, str):
-                    out.append({"name": item})
-                elif isinstance(item, dict) and len(item) == 1 and "name" not in item:
-                    (name, params), = item.items()
-                    out.append({"name": name, "params": params or {}})
-                else:
-                    out.append(item)
-            data = {**data, "checks": out}
+            data = {**data, "checks": [check_entry(item) for item in data["checks"]]}
         return data
 
     @property

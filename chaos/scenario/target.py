@@ -90,6 +90,9 @@ class TargetSpec(_Model):
         if self.steps is None and self.blackbox is None:
             raise ValueError("steps is missing; add it (the job's last step number; it is optional only for a "
                              "black-box target, one with a `blackbox:` section)")
+        if self.steps is None and any("{steps}" in word for word in [*(self.command or []), *self.args]):
+            raise ValueError("uses {steps} but target.steps is not set; set target.steps (the last step or epoch "
+                             "number) or write the number in place of {steps}")
         return self
 
     def parsed_command(self) -> Command | None:

@@ -11,16 +11,13 @@ import functools
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from chaos.paths import path_problem
 from chaos.scenario import python_of, work_dir_of
-from chaos.scenario.base import short
+from chaos.scenario.base import At, short
 from chaos.scenario.fscheck import is_dir
-
-At = Callable[[tuple[Any, ...]], str]
 
 TORCH_CHECK_TIMEOUT_S = 120.0
 

@@ -5,16 +5,14 @@ options agree with the backend, and the schedule uses only what a black-box targ
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from chaos.kinds import row
+from chaos.scenario.base import At
 from chaos.scenario.blackbox import pattern_ok, resolve_pattern
 from chaos.scenario.command import CommandError, conflicts, parse_command
 from chaos.scenario.fscheck import is_file
-
-At = Callable[[tuple[Any, ...]], str]
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -38,15 +36,6 @@ def command_problems(target: dict[str, Any], backend: dict[str, Any], base_dir: 
                    "scenario file)")
     out += [f"{where}target.command: {text}" for text in conflicts(cmd, backend)]
     return out
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _uses_steps(target: dict[str, Any]) -> bool:
-    words = [*_list(target.get("command")), *_list(target.get("args"))]
-    return any("{steps}" in w for w in words if isinstance(w, str))
 
 
 def _module_file(module: str, roots: list[Path]) -> tuple[Path | None, bool]:
@@ -137,9 +126,6 @@ def blackbox_problems(data: dict[str, Any], base_dir: Path, at: At) -> list[str]
     target, backend = _dict(data.get("target")), _dict(data.get("backend"))
     out = command_problems(target, backend, base_dir, at)
     box = target.get("blackbox")
-    if target.get("steps") is None and _uses_steps(target):
-        out.append(f"{at(('target',))}target uses {{steps}} but target.steps is not set; set target.steps (the last "
-                   "step or epoch number) or write the number in place of {steps}")
     function = _dict(box).get("loadable_function")
     if isinstance(function, str) and ":" in function:
         why = _loadable_function(function, base_dir)

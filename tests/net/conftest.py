@@ -1,7 +1,7 @@
 """Fixtures that build real network namespaces for the network-fault tests.
 
 Each test gets three nodes ``chaos-t<hex>-a|b|c`` (``eth0``, 10.77.0.1-3/24) whose veth peers are
-ports of a bridge inside a fourth namespace ``chaos-t<hex>-hub`` (:class:`chaos.net.lab.NetLab`), so
+ports of a bridge inside a fourth namespace ``chaos-t<hex>-hub`` (:class:`chaos.labs.netns.NetLab`), so
 nothing is added to the host's own network. Teardown stops any delayer of the test's run, deletes
 the namespaces (their links go with them) and asserts nothing of the test is left, whether the
 test passed or not.
@@ -19,8 +19,9 @@ from collections.abc import Iterator
 import pytest
 
 from chaos.faults.base import FaultEnv
-from chaos.net.lab import NetLab
+from chaos.labs.netns import NetLab
 from chaos.worker_table import WorkerTable
+from tests.labs import require, started
 
 TOOLS = ("ip", "tc", "iptables", "nsenter", "unshare")
 
@@ -34,11 +35,7 @@ def require_root() -> None:
         missing = [t for t in TOOLS if shutil.which(t) is None]
         if missing:
             why = f"network namespace tests need {', '.join(missing)}"
-    if why is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{why} (CI=true: not skipped)")
-    pytest.skip(why)
+    require(why)
 
 
 class Lab(NetLab):
@@ -51,10 +48,4 @@ class Lab(NetLab):
 @pytest.fixture
 def lab() -> Iterator[Lab]:
     require_root()
-    lab = Lab(secrets.token_hex(3), ("a", "b", "c"))
-    try:
-        lab.build()
-        yield lab
-    finally:
-        left = lab.destroy()
-        assert not left, f"left behind: {left}"
+    yield from started(Lab(secrets.token_hex(3), ("a", "b", "c")))

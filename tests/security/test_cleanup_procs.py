@@ -24,7 +24,8 @@ import pytest
 
 from chaos.cleanup import cleanup, plan
 from chaos.cleanup.undo import KEPT, REMOVED, _kill_process
-from chaos.manifest import Manifest, held, process_start, same_process
+from chaos.manifest import Manifest, process_start, same_process
+from chaos.registry import held
 
 from .conftest import User
 
@@ -35,7 +36,8 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 RUNNER = r'''
 import os, subprocess, sys, time
 from pathlib import Path
-from chaos.manifest import Manifest, process_start, register_run
+from chaos.manifest import Manifest, process_start
+from chaos.registry import register_run
 run_id, run_dir = sys.argv[1], Path(sys.argv[2])
 run_dir.mkdir(parents=True, exist_ok=True)
 reg = register_run(run_id, run_dir)

@@ -1,5 +1,5 @@
 """Fixtures for the slurm backend's tests: a real Slurm cluster on this machine
-(:class:`chaos.backends.slurm.lab.SlurmLab`: slurmctld and munged here, one slurmd per namespace
+(:class:`chaos.labs.slurm.SlurmLab`: slurmctld and munged here, one slurmd per namespace
 node), and scenarios moved onto it.
 
 Needs root and Slurm's packages: skipped without them, except under ``CI=true``, where a missing
@@ -7,7 +7,6 @@ piece is a failure."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, SCENARIOS
-from tests.labs import SessionLab, settled
+from tests.labs import SessionLab, nodes_leftovers, shared, used
 
 
 @pytest.hookimpl(wrapper=True)
@@ -30,27 +29,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 _CALL_FAILED = pytest.StashKey[bool]()
 
 
-def require_slurm_lab() -> None:
-    """Skip (fail under CI=true) unless a Slurm lab can be built here."""
-    from chaos.capabilities import CAPABILITIES
-
-    why = CAPABILITIES["slurm"]()
-    if why:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{why} (CI=true: not skipped)")
-        pytest.skip(why)
-
-
 @pytest.fixture(scope="session")
 def slurm_labs() -> Iterator[SessionLab[Any]]:
     """The session's cluster of three nodes (:class:`tests.labs.SessionLab`), built on first use (one
     per xdist worker); at the session's end it is stopped and nothing of it may be left."""
-    from chaos.backends.slurm.lab import SlurmLab
+    from chaos.labs.slurm import SlurmLab
 
-    labs: SessionLab[Any] = SessionLab(lambda: SlurmLab(3).start(), lambda lab: settled(lambda: lab_leftovers(lab), 30))
-    yield labs
-    left = labs.close()
-    assert left == [], left
+    yield from shared(lambda: SlurmLab(3).start(), lab_leftovers, 30)
 
 
 @pytest.fixture
@@ -61,34 +46,20 @@ def slurm3(slurm_labs: SessionLab[Any], request: pytest.FixtureRequest, monkeypa
     nothing of a run may be left and every node must be idle (a test that leaves something fails, and
     the next one gets a fresh cluster). A failed test prints the end of the controller's and nodes'
     logs (its captured output): what Slurm did is otherwise gone with the lab."""
-    require_slurm_lab()
-    lab = slurm_labs.get()
-    monkeypatch.setenv("SLURM_CONF", str(lab.conf))
-    yield lab
-    if request.node.stash.get(_CALL_FAILED, False):
-        print(f"--- slurmctld ---\n{lab.log_tail('slurmctld', 6000)}\n--- slurmd ---\n{lab.log_tail('slurmd', 4000)}")
-    left = slurm_labs.check()
-    assert left == [], f"left on the slurm lab: {left}"
+    with used(slurm_labs, "slurm") as lab:
+        monkeypatch.setenv("SLURM_CONF", str(lab.conf))
+        yield lab
+        if request.node.stash.get(_CALL_FAILED, False):
+            print(f"--- slurmctld ---\n{lab.log_tail('slurmctld', 6000)}\n--- slurmd ---\n{lab.log_tail('slurmd', 4000)}")
 
 
 def lab_leftovers(lab: Any) -> list[str]:
-    """What a test left on the cluster: jobs, nodes not idle, and on each node (:func:`node_leftovers`)."""
+    """What a test left on the cluster: jobs, nodes not idle, and on each node (:func:`tests.labs.node_leftovers`)."""
     out = [f"job {j}" for j in lab.jobs()]
     states = lab.scontrol("show", "-o", "node").stdout.splitlines()
     out += [f"node {ln.split()[0]} {st}" for ln in states for st in ln.split() if st.startswith("State=")
             and st != "State=IDLE"]
-    return out + [f"node {i}: {ln}" for i in range(lab.n) for ln in node_leftovers(lab, i)]
-
-
-def node_leftovers(lab: Any, i: int) -> list[str]:
-    """What of chaos is left on node ``i``: a process but its init and slurmd, chains, files in its workdir."""
-    ps = lab.exec(i, ["ps", "-eo", "pid,args"]).stdout.splitlines()[1:]
-    out = [f"process {ln.strip()}" for ln in ps
-           if not any(k in ln for k in ("slurmd -D", "ps -eo", "sh -c hostname", "sshd: /usr/sbin/sshd -f"))]  # (its sshd)
-    rules = lab.exec(i, ["iptables", "-w", "5", "-S"]).stdout.splitlines()
-    out += [f"iptables {ln}" for ln in rules if "CHAOS-" in ln]
-    out += [f"file {lab.workdir}/{name}" for name in lab.exec(i, ["ls", "-A", lab.workdir]).stdout.split()]
-    return out
+    return out + nodes_leftovers(lab)
 
 
 def on_slurm(name: str, lab: Any, tmp: Path, *, topology: dict[str, Any] | None = None,

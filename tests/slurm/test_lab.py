@@ -29,7 +29,7 @@ def test_the_lab_is_a_real_cluster_of_named_nodes(slurm3: Any) -> None:
 
 @pytest.mark.chaos(requires=["slurm"])
 def test_a_stopped_lab_leaves_nothing() -> None:
-    from chaos.backends.slurm.lab import SlurmLab
+    from chaos.labs.slurm import SlurmLab
 
     lab = SlurmLab(1)
     with lab:

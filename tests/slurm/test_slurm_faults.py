@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from chaos import load_scenario, run_scenario
-from tests.slurm.conftest import node_leftovers, on_slurm
+from tests.labs import nodes_leftovers, settled
+from tests.slurm.conftest import on_slurm
 
 pytestmark = [pytest.mark.e2e]
 NEEDS = ["torch", "sklearn", "slurm"]
@@ -38,10 +39,8 @@ def _run(lab: Any, tmp: Path, name: str, **changes: Any) -> Any:
 
 def _clean(lab: Any) -> None:
     assert lab.jobs() == []
-    deadline = time.time() + 20  # a slurmstepd ends a moment after its task (Slurm's own, not chaos's)
-    while (left := [x for i in range(lab.n) for x in node_leftovers(lab, i)]) and time.time() < deadline:
-        time.sleep(0.5)
-    assert left == []
+    # a slurmstepd ends a moment after its task (Slurm's own, not chaos's)
+    assert settled(lambda: nodes_leftovers(lab), 20) == []
     states = lab.scontrol("show", "-o", "node").stdout
     assert "DOWN" not in states and "DRAIN" not in states, states  # given back to Slurm
 

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,24 +19,11 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.slurm.conftest import node_leftovers, on_slurm
+from tests.labs import chaos, edit, nodes_leftovers, settled, wait_for_run
+from tests.slurm.conftest import on_slurm
 
 pytestmark = [pytest.mark.e2e]
 NEEDS = ["torch", "sklearn", "slurm", "iptables"]
-
-
-def chaos(*argv: str, runs: Path | None = None, timeout: float = 300, env: dict[str, str] | None = None
-          ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **(env or {}), **({"CHAOS_RUNS_DIR": str(runs)} if runs is not None else {})}
-    return subprocess.run([sys.executable, "-m", "chaos.cli", *argv], capture_output=True, text=True, cwd=REPO,
-                          timeout=timeout, env=env)
-
-
-def edit(path: Path, fn: Any) -> Path:
-    data = yaml.safe_load(path.read_text())
-    fn(data)
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def _dead_controller(lab: Any, tmp: Path) -> Path:
@@ -97,25 +83,9 @@ def test_what_the_cluster_cannot_take_is_exit_2_before_anything_is_submitted(
     assert slurm3.jobs() == []  # nothing submitted
 
 
-def _wait_for(path: Path, needle: str, timeout_s: float = 180) -> Path:
-    """The run directory under ``path`` whose journal has ``needle``, waited for."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        for log in path.glob("*/runner.jsonl"):
-            if needle in log.read_text():
-                return log.parent
-        time.sleep(0.2)
-    raise AssertionError(f"no {needle} in {path} within {timeout_s} s")
-
-
 def _nothing_left(lab: Any, timeout_s: float) -> list[str]:
     """What of a run is still on the cluster after up to ``timeout_s`` s: jobs, and on each node."""
-    deadline = time.time() + timeout_s
-    while True:
-        left = [f"job {j}" for j in lab.jobs()] + [f"node {i}: {x}" for i in range(lab.n) for x in node_leftovers(lab, i)]
-        if not left or time.time() > deadline:
-            return left
-        time.sleep(1)
+    return settled(lambda: [f"job {j}" for j in lab.jobs()] + nodes_leftovers(lab), timeout_s)
 
 
 @pytest.mark.chaos(requires=NEEDS)
@@ -131,7 +101,7 @@ def test_a_runner_stopped_mid_partition_leaves_no_job_and_nothing_on_the_nodes(
                             env={**os.environ, "CHAOS_RUNS_DIR": str(runs)}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        run_dir = _wait_for(runs, '"fault_inject"')
+        run_dir = wait_for_run(runs, '"fault_inject"')
         assert slurm3.jobs(), "the run's job should be running"
         assert any("CHAOS-" in ln for i in range(3) for ln in slurm3.exec(i, ["iptables", "-S"]).stdout.splitlines())
         proc.send_signal(signal.SIGINT if how == "SIGINT" else signal.SIGKILL)

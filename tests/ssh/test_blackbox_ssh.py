@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from chaos import RunResult, load_scenario, run_scenario
-from chaos.backends.ssh.backend import split_pid
+from chaos.backends.ssh.pids import split_pid
 from tests.conftest import REPO
-from tests.labs import SessionLab
-from tests.ssh.conftest import on_netns, on_ssh, require_ssh_lab, shared_dir
+from tests.labs import SessionLab, used
+from tests.ssh.conftest import on_netns, on_ssh, shared_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos(requires=["torch", "sshd"])]
 
@@ -60,10 +60,8 @@ def run_on_ssh(name: str, lab: Any, tmp: Path) -> RunResult:
 def torn_on_ssh(ssh_labs: SessionLab[Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResult]:
     """blackbox-torn-snapshot.yaml on two hosts of the session's lab, run once for the tests of this
     module; nothing of it may be left on the hosts (as :func:`~tests.ssh.conftest.lab3` checks)."""
-    require_ssh_lab()
-    result = run_on_ssh("blackbox-torn-snapshot.yaml", ssh_labs.get(), tmp_path_factory.mktemp("torn"))
-    left = ssh_labs.check()
-    assert left == [], f"left on the ssh lab: {left}"
+    with used(ssh_labs, "sshd") as lab:
+        result = run_on_ssh("blackbox-torn-snapshot.yaml", lab, tmp_path_factory.mktemp("torn"))
     yield result
 
 

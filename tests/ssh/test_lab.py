@@ -1,4 +1,4 @@
-"""The ssh test lab itself (:class:`chaos.backends.ssh.lab.SshLab`): real sshd hosts reached with
+"""The ssh test lab itself (:class:`chaos.labs.ssh.SshLab`): real sshd hosts reached with
 paramiko, each with its own workdir, process table and clock, and nothing left after ``stop()``.
 
 Needs root and openssh-server: skipped without them, except under ``CI=true``, where it fails.
@@ -16,20 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from chaos.backends.ssh.lab import SshLab, lab_available
+from chaos.labs.ssh import SshLab, lab_available
+from tests.labs import require, started
 
 NEEDS = ["netns", "sshd"]
 PY = sys.executable  # the hosts see this machine's filesystem (all but their workdir): any interpreter runs there
-
-
-def require_lab() -> None:
-    """Skip (fail under CI=true) unless a lab can be built here."""
-    why = lab_available()
-    if why is None:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{why} (CI=true: not skipped)")
-    pytest.skip(why)
 
 
 def ssh(lab: SshLab, i: int, command: str, known_hosts: Path | None = None) -> tuple[int, str, str]:
@@ -51,14 +42,8 @@ def ssh(lab: SshLab, i: int, command: str, known_hosts: Path | None = None) -> t
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[SshLab]:
-    require_lab()
-    lab = SshLab(3, clock_offsets={1: 30.0})
-    try:
-        lab.start()
-        yield lab
-    finally:
-        left = lab.stop()
-        assert not left, f"left behind: {left}"
+    require(lab_available())
+    yield from started(SshLab(3, clock_offsets={1: 30.0}))
 
 
 @pytest.mark.chaos(requires=NEEDS)
@@ -101,7 +86,7 @@ def test_a_workdir_is_seen_by_its_host_only(lab: SshLab) -> None:
 
 @pytest.mark.chaos(requires=NEEDS)
 def test_a_host_sees_its_own_processes_only(lab: SshLab) -> None:
-    pids = {i: lab.sshd_pid(i) for i in range(3)}
+    pids = {i: lab.node_init_pid(i) for i in range(3)}
     assert len(set(pids.values())) == 3
     ps0 = lab.exec(0, ["ps", "-eww", "-o", "pid,args"]).stdout
     ps1 = lab.exec(1, ["ps", "-eww", "-o", "pid,args"]).stdout
@@ -179,11 +164,11 @@ def _ours(token: str) -> list[str]:
 
 @pytest.mark.chaos(requires=NEEDS)
 def test_stop_leaves_nothing_and_is_idempotent() -> None:
-    require_lab()
+    require(lab_available())
     lab = SshLab(2)
     try:
         lab.start()
-        pids = [lab.sshd_pid(i) for i in range(2)]
+        pids = [lab.node_init_pid(i) for i in range(2)]
         workdir, keydir = lab.workdir, lab.key_path.parent
         assert ssh(lab, 1, "true")[0] == 0
         assert _ours(lab.token), "the check below would not see the lab's things"

@@ -17,26 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.conftest import REPO
-from tests.ssh.conftest import disk_mounts, host_leftovers, on_ssh, shared_dir
+from tests.labs import chaos, disk_mounts, edit, node_leftovers, wait_for_run
+from tests.ssh.conftest import on_ssh, shared_dir
 
 pytestmark = [pytest.mark.e2e]
 NEEDS = ["torch", "sklearn", "sshd", "iptables"]
-
-
-def chaos(*argv: str, runs: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **({"CHAOS_RUNS_DIR": str(runs)} if runs is not None else {})}
-    return subprocess.run([sys.executable, "-m", "chaos.cli", *argv], capture_output=True, text=True, cwd=REPO,
-                          timeout=timeout, env=env)
-
-
-def edit(path: Path, fn: Any) -> Path:
-    data = yaml.safe_load(path.read_text())
-    fn(data)
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 @pytest.mark.chaos(requires=NEEDS)
@@ -103,21 +90,10 @@ def _runner_mid_fault(path: Path, runs: Path) -> Iterator[Path]:
                             env={**os.environ, "CHAOS_RUNS_DIR": str(runs)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        yield _wait_for(runs, '"fault_inject"')
+        yield wait_for_run(runs, '"fault_inject"')
     finally:
         proc.kill()
         proc.wait(timeout=30)
-
-
-def _wait_for(path: Path, needle: str, timeout_s: float = 180) -> Path:
-    """The run directory under ``path`` whose journal has ``needle``, waited for."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        for log in path.glob("*/runner.jsonl"):
-            if needle in log.read_text():
-                return log.parent
-        time.sleep(0.2)
-    raise AssertionError(f"no {needle} in {path} within {timeout_s} s")
 
 
 @pytest.mark.chaos(requires=NEEDS)
@@ -130,7 +106,7 @@ def test_sigkill_of_the_runner_mid_partition_then_cleanup_hosts_leaves_nothing(
     with _runner_mid_fault(path, runs) as run_dir:
         if daemons_too:  # the daemons die first: nothing on the hosts undoes the partition by itself
             for i in range(3):
-                lab3.exec(i, ["pkill", "-KILL", "-f", "chaos.backends.ssh.hostd"])
+                lab3.exec(i, ["pkill", "-KILL", "-f", "chaos.hostd"])
     run_id = run_dir.name
     chains = [ln for i in range(3) for ln in lab3.exec(i, ["iptables", "-w", "5", "-S"]).stdout.splitlines()
               if "CHAOS-" in ln]
@@ -149,7 +125,7 @@ def test_sigkill_of_the_runner_mid_partition_then_cleanup_hosts_leaves_nothing(
     assert len(report) == 3 and all("error" not in h for h in report), report
     dead = [r for h in report for r in h["runs"]]
     assert dead and all(r["run_id"] == run_id and not r["live"] for r in dead), dead
-    assert [ln for i in range(3) for ln in host_leftovers(lab3, i)] == []
+    assert [ln for i in range(3) for ln in node_leftovers(lab3, i)] == []
     local = chaos("cleanup", runs=runs, timeout=120)  # the runner's own side: its registration
     assert local.returncode == 0, local.stdout + local.stderr
 
@@ -161,7 +137,7 @@ def test_a_host_clock_5_s_behind_is_measured_and_the_journal_keeps_causal_order(
     keep_alive_interval × keep_alive_max_attempt, 15 s by default, is taken for dead: +30 s hung the
     job at its exit barrier.)"""
     from chaos import load_scenario, run_scenario
-    from chaos.backends.ssh.lab import SshLab
+    from chaos.labs.ssh import SshLab
 
     ckpt = shared_dir()
     try:
@@ -169,7 +145,7 @@ def test_a_host_clock_5_s_behind_is_measured_and_the_journal_keeps_causal_order(
             path = on_ssh("kill-worker.yaml", lab, tmp_path, topology={"nodes": 2, "nproc_per_node": 1},
                           checkpoint_dir=ckpt)
             result = run_scenario(load_scenario(path), tmp_path / "runs", reference=False)
-            left = [ln for i in range(2) for ln in host_leftovers(lab, i)]
+            left = [ln for i in range(2) for ln in node_leftovers(lab, i)]
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)
     assert left == []
@@ -207,13 +183,13 @@ def test_sigkill_of_everything_mid_disk_stall_then_cleanup_hosts_leaves_nothing(
         assert len(mounted) == 2, mounted  # one on each host, over that node's own checkpoint directory
         for i in range(2):  # the filesystems first: a daemon would unmount them as it went
             lab3.exec(i, ["pkill", "-KILL", "-f", "chaos.disk.fs"])
-            lab3.exec(i, ["pkill", "-KILL", "-f", "chaos.backends.ssh.hostd"])
-    left = [ln for i in range(2) for ln in host_leftovers(lab3, i)]
+            lab3.exec(i, ["pkill", "-KILL", "-f", "chaos.hostd"])
+    left = [ln for i in range(2) for ln in node_leftovers(lab3, i)]
     assert any(run_dir.name in ln for ln in left), left  # nothing on the hosts undid the run by itself
     out = chaos("cleanup", "--hosts", str(path), "--json", timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     dead = [r for h in json.loads(out.stdout) for r in h["runs"]]
     assert dead and all(r["run_id"] == run_dir.name and r.get("removed") for r in dead), dead
-    assert [ln for i in range(3) for ln in host_leftovers(lab3, i)] == []
+    assert [ln for i in range(3) for ln in node_leftovers(lab3, i)] == []
     local = chaos("cleanup", runs=runs, timeout=120)
     assert local.returncode == 0, local.stdout + local.stderr

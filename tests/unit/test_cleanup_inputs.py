@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 import pytest
 
 from chaos.cleanup import cleanup
-from chaos.manifest import MANIFEST, Manifest, registered_runs, registry_dir
+from chaos.manifest import MANIFEST, Manifest
+from chaos.registry import registered_runs, registry_dir
 
 T = TypeVar("T")
 LIMIT_S = 20.0

@@ -23,6 +23,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "targets"))
 import dircheckpoint  # noqa: E402
 
 
+class _ThisMachine:
+    """A backend whose nodes' files are this machine's (what a checkpoint fault asks of it)."""
+
+    groups = None
+
+    def hosts(self) -> None:
+        return None
+
+
 def runner(kind: str, t: float, **fields) -> dict:
     return {"t": t, "kind": kind, "source": "runner", **fields}
 
@@ -82,7 +91,7 @@ def saved(root: Path, step: int, world: int = 2) -> dircheckpoint.Saved:
 
 
 def env_of(root: Path) -> FaultEnv:
-    return FaultEnv(backend=None, workers=WorkerTable(), run_id="t", checkpoint_dir=str(root))  # type: ignore[arg-type]
+    return FaultEnv(backend=_ThisMachine(), workers=WorkerTable(), run_id="t", checkpoint_dir=str(root))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("mode", ["corrupt", "truncate", "delete-metadata"])
@@ -146,3 +155,28 @@ def test_a_checkpoint_rotated_away_while_its_verification_lagged_is_not_a_durabi
     assert judge("checkpoint_durable", [*saves, wrong]).status == "failed"
     at_load = {**lagged, "when": "load"}
     assert judge("checkpoint_durable", [*saves, at_load]).status == "failed"
+
+
+def test_a_path_the_job_rewrote_before_the_lagging_verification_read_it_is_not_a_durability_failure() -> None:
+    """Lightning rewrites last.ckpt at every save; under load the runner verified step 50's save after the job
+    had saved step 60 over it, read step 60's digest and called it a mismatch (seen in CI)."""
+    a = "45143b79e2958f857fc1659467f51f7a20729b8ae74f67cb21e45dd7f30c3d3c"
+    b = "f9ae59bf3e8ba89e03d0e25578c22b27becca4b4c6aa24ea4e2abbf6f54975b0"
+    path = "/c/last.ckpt"
+    job = [probe("checkpoint_save_begin", 0, 1.0, step=50, path=path),
+           probe("checkpoint_saved", 0, 1.1, step=50, path=path, digest=a),
+           probe("checkpoint_save_begin", 0, 1.2, step=60, path=path),
+           probe("checkpoint_saved", 0, 1.3, step=60, path=path, digest=b)]
+    lagged = runner("checkpoint_verified", 1.35, when="saved", path=path, step=50, ok=False,
+                    reason=f"its digest is {b[:12]}, the job saved {a[:12]}")
+    later = runner("checkpoint_verified", 1.4, when="saved", path=path, step=60, ok=True)
+    v = judge("checkpoint_durable", [*job, lagged, later])
+    assert v.status == "ok" and "already rewritten by the job's next save" in v.explanation, v.explanation
+    # what was read there is no save the job reported (torn, or damaged): the finding stands
+    torn = {**lagged, "reason": f"its digest is 0123456789ab, the job saved {a[:12]}"}
+    assert judge("checkpoint_durable", [*job, torn, later]).status == "failed"
+    # the job had not begun another save of that path when the runner read it: the finding stands
+    early = {**lagged, "t": 1.15}
+    assert judge("checkpoint_durable", [*job[:2], early, *job[2:], later]).status == "failed"
+    # at a load (not right after the save), a wrong digest is always a finding
+    assert judge("checkpoint_durable", [*job, {**lagged, "when": "load"}, later]).status == "failed"

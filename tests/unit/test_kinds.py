@@ -110,3 +110,9 @@ def test_row_never_raises_and_a_plugin_cannot_replace_a_built_in_row(plugin_rows
     with pytest.raises(ValueError, match="'kill' is built in"):
         kinds.add_plugin_kind(kinds.Kind("kill", "mine"))
     assert kinds.kind("kill").kills
+
+
+def test_a_kind_that_acts_through_one_backend_names_it_in_its_row() -> None:
+    # the loader refuses such a fault on another backend from this trait, not from its name
+    through = {k.name: k.backend for k in kinds.KINDS if k.backend is not None}
+    assert through == {n: "slurm" for n in ("slurm-down", "slurm-drain", "slurmd-kill", "slurm-signal", "slurm-requeue")}

@@ -207,3 +207,22 @@ schedule:
     assert "target.checkpoint_evry is not a field of target; did you mean 'checkpoint_every'?" in text
     assert "backend.max_restart is not a field of backend; did you mean 'max_restarts'?" in text
     assert "did you mean 'at_step'?" in text
+
+
+def test_the_cross_section_rules_read_fields_as_the_model_does(tmp_path: Path) -> None:
+    """Issue 33 (the scenario's rules once): a value the model takes ("100" for steps) goes through the rules
+    too; a non-finite deadline on slurm is a problem, not a crash; a long-form check is read as the short one."""
+    base = f"name: x\ntarget: {{script: {TARGET}, steps: '100', checkpoint_every: 10}}\n"
+    (p,) = problems(tmp_path, base + "schedule:\n  - {fault: kill, select: {rank: 0}, trigger: {at_step: 101}}\n")
+    assert "at_step" in p and "100" in p, p
+    slurm = (f"name: x\ntarget: {{script: {TARGET}, steps: 10}}\n"
+             "backend: {kind: slurm, nodes: 1, partition: debug}\ndeadline_s: .nan\n")
+    assert any("finite" in q for q in problems(tmp_path, slurm))
+    ok = load_scenario(write(tmp_path, f"name: x\ntarget: {{script: {TARGET}, steps: 10}}\n"
+                                       "checks: [{name: progress_lost, params: {max_steps: 5}}]\n"))
+    assert ok.name == "x"
+
+
+def test_an_unknown_backend_kind_suggests_slurm_and_ssh_too(tmp_path: Path) -> None:
+    (p,) = problems(tmp_path, f"name: bad\ntarget: {{script: {TARGET}, steps: 10}}\nbackend: {{kind: slurmm}}\n")
+    assert "did you mean 'slurm'?" in p, p

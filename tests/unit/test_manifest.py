@@ -11,16 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.manifest import (
-    MANIFEST,
-    Manifest,
-    held,
-    process_start,
-    register_run,
-    registered_runs,
-    same_process,
-    unregister,
-)
+from chaos.manifest import MANIFEST, Manifest, process_start, same_process
+from chaos.registry import held, register_run, registered_runs, unregister
 
 
 @pytest.fixture(autouse=True)
@@ -108,7 +100,7 @@ def test_a_registered_run_is_locked_until_released(tmp_path: Path) -> None:
 
 
 def test_the_kernel_frees_the_registration_of_a_sigkilled_runner(tmp_path: Path) -> None:
-    code = ("import sys, time; from pathlib import Path; from chaos.manifest import register_run; "
+    code = ("import sys, time; from pathlib import Path; from chaos.registry import register_run; "
             "r = register_run('run-b', Path(sys.argv[1])); print(r.path, flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "run-b")], stdout=subprocess.PIPE, text=True,
                             env=os.environ.copy())
@@ -130,7 +122,7 @@ def test_a_registry_entry_is_0600_and_a_lock_without_its_runner_is_no_life(tmp_p
     import fcntl
     import stat
 
-    code = ("import sys, time; from pathlib import Path; from chaos.manifest import register_run; "
+    code = ("import sys, time; from pathlib import Path; from chaos.registry import register_run; "
             "r = register_run('run-c', Path(sys.argv[1])); print(r.path, flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "run-c")], stdout=subprocess.PIPE, text=True)
     try:

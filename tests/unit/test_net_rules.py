@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from chaos.errors import CapabilityError, ChaosError
-from chaos.faults import network
+from chaos.faults import fault_class, network
 from chaos.faults.base import FaultEnv
-from chaos.faults.network import NETWORK_FAULT_CLASSES, Bandwidth, Delay, Loss, Partition, mechanism_for
+from chaos.faults.network import Bandwidth, Delay, Loss, Partition, mechanism_for
 from chaos.net import iptables, tc
 from chaos.net.delayer import DelayDraw
 from chaos.net.iptables import chain_name, loss_rules, nfqueue_rules, partition_rules
@@ -95,6 +95,8 @@ def test_delay_draw() -> None:
 
 
 class FakeBackend:
+    groups = None  # no torchft replica groups
+
     def __init__(self, kind: str, nets: dict[int, NodeNet]) -> None:
         self.kind, self.nets, self.nodes = kind, nets, len(nets) or 2
 
@@ -107,7 +109,8 @@ def env_of(kind: str = "netns", nets: dict[int, NodeNet] | None = None) -> Fault
 
 
 def test_classes_and_mechanisms(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert {"delay": Delay, "loss": Loss, "bandwidth": Bandwidth, "partition": Partition} == NETWORK_FAULT_CLASSES
+    assert {"delay": Delay, "loss": Loss, "bandwidth": Bandwidth, "partition": Partition} == {
+        n: fault_class(n) for n in ("delay", "loss", "bandwidth", "partition")}
     delay = DelayFault(fault="delay", node=0, delay_ms=5, trigger=TRIGGER)
     loss = LossFault(fault="loss", node=0, percent=5, trigger=TRIGGER)
     monkeypatch.setattr(tc, "netem_available", lambda: False)

@@ -54,14 +54,14 @@ def test_slurm_faults_on_another_backend_are_refused_naming_the_backend(fault: s
             "schedule": [{"fault": fault, "trigger": {"at_step": 5}, **extra}]}
     with pytest.raises(ScenarioError) as err:
         scenario_from_dict(data)
-    assert f"schedule[0].fault='{fault}' acts through Slurm" in str(err.value) and "kind: slurm" in str(err.value)
+    assert f"schedule[0].fault='{fault}' acts through backend slurm only" in str(err.value) and "kind: slurm" in str(err.value)
 
 
 def test_the_keeper_cleans_the_nodes_and_ends_once_the_steps_are_gone() -> None:
     script = keeper_script("/opt/venv/bin/python", "/var/tmp/chaos")
     assert script.startswith("#!/bin/bash")
     assert "squeue -h -s -j \"$SLURM_JOB_ID\"" in script
-    assert "/opt/venv/bin/python -m chaos.backends.ssh.hostd --cleanup --workdir /var/tmp/chaos" in script
+    assert "/opt/venv/bin/python -m chaos.hostd --cleanup --workdir /var/tmp/chaos" in script
 
 
 def test_the_allocation_becomes_the_ssh_backend_s_hosts() -> None:
@@ -89,7 +89,7 @@ def test_reached_over_ssh_the_allocation_s_hosts_are_logged_in_to_as_backend_ssh
 ])
 def test_the_node_daemon_watches_the_job_its_step_or_its_runner_names(monkeypatch: pytest.MonkeyPatch,
                                                                      env: dict[str, str], want: object) -> None:
-    from chaos.backends.slurm.hostd_slurm import watched
+    from chaos.hostd.slurm import watched
 
     for k in ("SLURM_JOB_ID", "SLURM_STEP_ID", "CHAOS_SLURM_JOB_ID", "CHAOS_SLURM_NODE"):
         monkeypatch.delenv(k, raising=False)
@@ -148,7 +148,7 @@ def test_the_keeper_waits_for_the_steps_then_cleans_each_node_and_exits(tmp_path
     assert calls >= 10 + 6  # held while the step ran, then quiet_s (0.3 s at 0.05 s a poll) before it ended
     log = (tmp_path / "srun.log").read_text().splitlines()
     assert [ln.split("--nodelist=")[1].split()[0] for ln in log] == ["n0", "n1"]  # one cleanup step per node
-    assert all("-m chaos.backends.ssh.hostd --cleanup --workdir /var/tmp/chaos" in ln for ln in log)
+    assert all("-m chaos.hostd --cleanup --workdir /var/tmp/chaos" in ln for ln in log)
 
 
 def test_the_keeper_ends_a_job_whose_runner_never_started_a_step(tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from chaos.backends.ssh.backend import host_pid_of, split_pid
 from chaos.backends.ssh.clock import measure
 from chaos.backends.ssh.hosts import load_hosts
+from chaos.backends.ssh.pids import host_pid_of, split_pid
 from chaos.errors import ScenarioError
 from chaos.scenario import SshBackendSpec
 

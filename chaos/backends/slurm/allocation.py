@@ -3,7 +3,7 @@
 chaos submits one batch job of ``nodes`` nodes, one task per node (``sbatch``). Its batch script is
 the allocation's keeper (:func:`keeper_script`): it holds the nodes while the run's steps (a host
 daemon per node) run, and ends the job by itself once they are gone, after undoing what a dead run
-left on every node (``python -m chaos.backends.ssh.hostd --cleanup``). So a runner that dies, even by
+left on every node (``python -m chaos.hostd --cleanup``). So a runner that dies, even by
 SIGKILL, does not hold the nodes until the time limit: each ``srun`` (in a session of its own) sees its
 stdin close with the runner, so each daemon undoes its node and its step ends, and the keeper then
 ends the job. A runner that ends normally cancels the job itself (``scancel``).
@@ -42,7 +42,7 @@ def keeper_script(python: str, workdir: str, quiet_s: float = QUIET_S, first_ste
     """The batch script: wait while the run's steps run; once they are gone (``quiet_s`` s without one
     after one was seen, or none ``first_step_s`` s after the start, or ``squeue`` failing ``blind_polls``
     times in a row) clean every node still in the job and exit."""
-    cleanup = shlex.join([python, "-m", "chaos.backends.ssh.hostd", "--cleanup", "--workdir", workdir])
+    cleanup = shlex.join([python, "-m", "chaos.hostd", "--cleanup", "--workdir", workdir])
     return f"""#!/bin/bash
 # chaos: the keeper of this allocation. It holds the nodes while the run's job steps (one host daemon
 # per node) run, and ends the job once they are gone: the runner finished, or died.
@@ -217,7 +217,7 @@ def ipv4(address: str) -> str:
 
 def wait_steps_gone(job_id: str, timeout_s: float) -> list[str]:
     """Wait up to ``timeout_s`` s until no step of the job runs (the daemon on a node Slurm lost ends
-    by itself: :mod:`chaos.backends.slurm.hostd_slurm`); the steps still there."""
+    by itself: :mod:`chaos.hostd.slurm`); the steps still there."""
     deadline = time.monotonic() + timeout_s
     while True:
         out = commands.run("squeue", "-h", "-s", "-j", job_id, "-o", "%i", check=False)
@@ -241,3 +241,57 @@ def cancel(alloc: Allocation, wait_s: float = 30.0) -> str:
                 return st
         time.sleep(0.3)
     return st
+
+
+REQUEUE_SETTLE_S = 60.0  # how long a requeued job may take to be pending again
+ENDED_FOR_S = 5.0  # a requeued job seen ended is believed once it has stayed so this long (Slurm's late reports)
+# A requeued job is let start (StartTime=now+this, on the controller's clock) only this many seconds on.
+# Requeuing revokes the job's credential on its nodes with a time stamp in whole seconds, and a node
+# refuses any credential of that job id created in that second or before: a job started again within
+# the same second is killed at launch ("Job credential revoked"; slurmd: "Job N already killed, do not
+# launch batch job") and ends FAILED. Slurm itself holds a requeued job CredExpire + 1 s for this.
+CRED_REVOKED_S = 2
+
+
+def restarts(job_id: str) -> int:
+    """How many times Slurm has restarted (requeued) job ``job_id`` (0 when it cannot be asked)."""
+    try:
+        return _count((commands.job(job_id) or {}).get("Restarts"))
+    except ChaosError:
+        return 0
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def wait_requeued(alloc: Allocation, restarts_before: int, begin_now: bool, timeout_s: float) -> None:
+    """Wait until the requeued job ``alloc`` runs again (``timeout_s``: backend.allocation_timeout_s; raises
+    :class:`~chaos.errors.ChaosError` if it does not come back). Between the requeue and the job pending again Slurm
+    may still say RUNNING (the old incarnation: the restart count grows before the state changes),
+    COMPLETING, REQUEUED, or even FAILED (the killed batch script's exit, before the requeue is
+    through): so first its restart count must have grown and it must pend (a requeued job always
+    pends first: Slurm holds it with a BeginTime, lifted here with ``begin_now``, but not within the
+    second of the requeue: :data:`CRED_REVOKED_S`)."""
+    deadline = time.monotonic() + REQUEUE_SETTLE_S
+    last = "?"
+    while True:
+        try:
+            rec = commands.job(alloc.job_id) or {}
+        except ChaosError:
+            rec = {}  # no answer this time
+        last = rec.get("JobState", last)
+        if _count(rec.get("Restarts")) > restarts_before and last in ("PENDING", "CONFIGURING"):
+            if last == "PENDING" and begin_now:  # (not in the second its old credential was revoked)
+                commands.run("scontrol", "update", f"JobId={alloc.job_id}", f"StartTime=now+{CRED_REVOKED_S}",
+                             check=False)
+            break
+        if time.monotonic() > deadline:
+            raise ChaosError(f"slurm: job {alloc.job_id} did not come back after its requeue (still {last} after "
+                             f"{REQUEUE_SETTLE_S:g} s)")
+        time.sleep(0.3)
+    wait_running(alloc, timeout_s, waiting=(*WAITING, "COMPLETING"),
+                           ended_for_s=ENDED_FOR_S)

@@ -10,7 +10,7 @@ its workers run under ``slurmstepd`` with the job's ``SLURM_*`` environment, in 
 real cluster. With ``reach: ssh`` chaos logs in to each node instead
 (:class:`~chaos.backends.slurm.link.NodeLogin`, as ``backend.ssh`` says) and the daemon runs outside
 the job's steps, ending the run on its node when Slurm ends the job there
-(:mod:`chaos.backends.slurm.hostd_slurm`). From there on everything is the ``ssh`` backend's (:class:`SshBackend`): events, logs
+(:mod:`chaos.hostd.slurm`). From there on everything is the ``ssh`` backend's (:class:`SshBackend`): events, logs
 and checkpoints on each node pushed or read through its daemon, pids that name their node, clocks
 measured, c10d rendezvous on the first node's address, network faults in the node's own network.
 
@@ -32,44 +32,29 @@ starts its nodes there as at the start, and the journal goes on as one history.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from chaos.backends.base import LaunchSpec
+from chaos.backends.base import LaunchSpec, NodeHosts, SlurmControl
 from chaos.backends.slurm import allocation as alloc_mod
 from chaos.backends.slurm import commands
 from chaos.backends.slurm.allocation import Allocation
-from chaos.backends.slurm.hostd_slurm import JOB_ENV, NODE_ENV
-from chaos.backends.slurm.link import STEP_NAME, Anchor, NodeLogin, StepLink
-from chaos.backends.ssh.backend import SshBackend, check_link
+from chaos.backends.slurm.link import Anchor, NodeLogin, StepLink
+from chaos.backends.slurm.node_faults import SlurmNodeFaults, clean_node
+from chaos.backends.slurm.on_hosts import SlurmHosts
+from chaos.backends.ssh.backend import SshBackend
+from chaos.backends.ssh.hostcheck import check_link, make_link
 from chaos.backends.ssh.link import HostLink, default_known_hosts
 from chaos.errors import CapabilityError, ChaosError
 from chaos.history import RunnerLog
 from chaos.scenario import SlurmBackendSpec, SshBackendSpec
 
-REQUEUE_SETTLE_S = 60.0  # how long a requeued job may take to be pending again
-ENDED_FOR_S = 5.0  # a requeued job seen ended is believed once it has stayed so this long (Slurm's late reports)
-# A requeued job is let start (StartTime=now+this, on the controller's clock) only this many seconds on.
-# Requeuing revokes the job's credential on its nodes with a time stamp in whole seconds, and a node
-# refuses any credential of that job id created in that second or before: a job started again within
-# the same second is killed at launch ("Job credential revoked"; slurmd: "Job N already killed, do not
-# launch batch job") and ends FAILED. Slurm itself holds a requeued job CredExpire + 1 s for this.
-CRED_REVOKED_S = 2
 SLURM_ONLY = ("partition", "account", "time_limit", "cpus_per_task", "sbatch_args", "reach", "allocation_timeout_s",
               "requeue", "slurmd_start", "ssh")
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
 
 
 def as_hosts(spec: SlurmBackendSpec, addresses: list[str]) -> SshBackendSpec:
@@ -142,7 +127,7 @@ def preflight_login(spec: SlurmBackendSpec) -> None:
                               "ssh_known_hosts), or backend.ssh.host_key_policy: accept-new")
 
 
-class SlurmBackend(SshBackend):
+class SlurmBackend(SlurmNodeFaults, SshBackend):
     """Nodes allocated by Slurm, reached through job steps or SSH logins (see the module docstring). Implements
     :class:`chaos.backends.base.Backend`."""
 
@@ -170,15 +155,9 @@ class SlurmBackend(SshBackend):
         """:func:`preflight_slurm`; the nodes themselves are checked once the job runs."""
         preflight_slurm(self.slurm, self.run_id, self.python)
 
-    def fuse_status(self) -> tuple[bool, str]:
-        """Whether disk faults can work: node-local checkpoints (each node's FUSE mount over its own
-        run directory, as on ``ssh``). FUSE itself on each node can only be asked once the job runs:
-        the mount, before any agent starts, raises naming the node that cannot."""
-        if self.slurm.checkpoint_dir is not None:
-            return False, ("on backend slurm, disk faults need node-local checkpoints: leave backend.checkpoint_dir "
-                           "out (a FUSE mount on each node over one shared directory would split its checkpoints; "
-                           "so a disk fault and a requeue, which needs the shared directory, do not go together)")
-        return True, ""
+    def hosts(self) -> NodeHosts:
+        """The nodes' checkpoints and black-box observers, as on ``ssh`` (:class:`~chaos.backends.slurm.on_hosts.SlurmHosts`)."""
+        return SlurmHosts(self, make_link)
 
     def _submitted(self, alloc: Allocation) -> None:
         """The job is Slurm's now: recorded (manifest, journal) before anything else can happen."""
@@ -198,13 +177,13 @@ class SlurmBackend(SshBackend):
 
     def _daemon_argv(self, node: int) -> list[str]:
         """The ``ssh`` backend's; over SSH (``reach: ssh``) with the job and the node the daemon is to
-        watch (:mod:`chaos.backends.slurm.hostd_slurm`: a daemon in a job step learns them from Slurm),
+        watch (:mod:`chaos.hostd.slurm`: a daemon in a job step learns them from Slurm),
         and this runner's ``SLURM_CONF`` where one is set, for the Slurm tools it runs there."""
         argv = super()._daemon_argv(node)
         if self.slurm.reach != "ssh" or self.allocation is None:
             return argv
         conf = os.environ.get("SLURM_CONF")
-        return ["env", f"{JOB_ENV}={self.allocation.job_id}", f"{NODE_ENV}={self.allocation.names[node]}",
+        return ["env", f"{commands.JOB_ENV}={self.allocation.job_id}", f"{commands.NODE_ENV}={self.allocation.names[node]}",
                 *([f"SLURM_CONF={conf}"] if conf else []), *argv]
 
     def _check_nodes(self, script: str | None) -> None:
@@ -250,89 +229,10 @@ class SlurmBackend(SshBackend):
                             state=now[0] if now else "UNKNOWN", reason=now[1] if now else "the controller did not answer",
                             nodes=now[2] if now else "")
 
-    # -- Slurm's own faults (chaos.faults.slurm) ---------------------------------------------------------
-    def node_name(self, node: int) -> str:
-        """Slurm's name of ``node`` (the allocation's ``node``-th). Raises ChaosError before the job runs."""
-        if self.allocation is None or node >= len(self.allocation.names):
-            raise ChaosError(f"slurm: node {node} is not allocated (yet)")
-        return self.allocation.names[node]
-
-    def set_node_state(self, node: int, state: str, reason: str) -> dict[str, Any]:
-        """``scontrol update NodeName=<node> State=<DOWN|DRAIN> Reason=<reason>``; what was done."""
-        name = self.node_name(node)
-        before = next((r.get("State", "?") for r in commands.nodes(name)), "?")
-        commands.run("scontrol", "update", f"NodeName={name}", f"State={state}", f"Reason={reason}")
-        if state == "DOWN":
-            self._downed.add(node)
-        return {"node": node, "slurm_node": name, "state_before": before, "state": state, "reason": reason,
-                "job_id": self.allocation.job_id if self.allocation else None}
-
-    def resume_node(self, name: str) -> bool:
-        """``State=RESUME`` for a node still DOWN or DRAINED (Slurm may have returned it already); True if done."""
-        state = next((r.get("State", "") for r in commands.nodes(name)), "")
-        if "DOWN" not in state and "DRAIN" not in state:
-            return False
-        commands.run("scontrol", "update", f"NodeName={name}", "State=RESUME")
-        return True
-
-    def signal_steps(self, signame: str, node: int | None) -> dict[str, Any]:
-        """``scancel --signal=<sig>`` the daemon's job step of ``node`` (every step of the job if None;
-        the batch script is spared, as Slurm spares it without ``--full``)."""
-        assert self.allocation is not None
-        sig = signame.removeprefix("SIG")
-        if node is None:
-            target = self.allocation.job_id
-        else:
-            name = self.node_name(node)
-            out = commands.run("squeue", "-h", "-s", "-j", self.allocation.job_id, "-o", "%i|%N|%j")
-            steps = [ln.split("|")[0] for ln in out.stdout.splitlines()
-                     if ln.count("|") == 2 and ln.split("|")[1] == name and ln.split("|")[2] == STEP_NAME]
-            if not steps:
-                raise ChaosError(f"slurm-signal: no job step of node {node} ({name}) runs in job {self.allocation.job_id}")
-            target = steps[-1]
-        done = commands.cancel(target, signal=sig)
-        # scancel may say "Invalid job id" for a step it did signal (Slurm 22.05): kept, not fatal
-        return {"node": node, "target": target, "job_id": self.allocation.job_id, "scancel_rc": done.returncode,
-                **({"scancel_said": done.stderr.strip()[-300:]} if done.returncode else {})}
-
-    def kill_slurmd(self, node: int) -> dict[str, Any]:
-        """SIGKILL the ``slurmd`` of ``node`` through its daemon (the slurmd-kill fault); what was done.
-        Raises :class:`~chaos.errors.ChaosError` if the node's daemon cannot (not root, none runs)."""
-        name = self.node_name(node)
-        link = self.links.get(node)
-        if link is None or link.closed.is_set():
-            raise ChaosError(f"slurmd-kill: node {node} ({name}) has no chaos daemon running")
-        done = link.call("slurmd_kill")
-        self._slurmd_killed.add(node)
-        return {"node": node, "slurm_node": name, "pids": done["pids"],
-                "job_id": self.allocation.job_id if self.allocation else None}
-
-    def start_slurmd(self, node: int, wait_s: float = 60.0) -> dict[str, Any]:
-        """Start the ``slurmd`` of ``node`` again: ``backend.slurmd_start`` run here, then wait up to
-        ``wait_s`` s for the node to answer the controller again; what was done and the node's state."""
-        name = self.node_name(node)
-        argv = [a.replace("{node}", name) for a in self.slurm.slurmd_start]
-        try:
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ChaosError(f"slurmd-kill: backend.slurmd_start {argv} failed: {exc}") from exc
-        if out.returncode != 0:
-            raise ChaosError(f"slurmd-kill: backend.slurmd_start {argv} exited {out.returncode}: "
-                             f"{(out.stderr or out.stdout).strip()[-300:]}")
-        deadline = time.monotonic() + wait_s
-        state = "?"
-        while time.monotonic() < deadline:
-            state = next((r.get("State", "?") for r in commands.nodes(name)), "?")
-            if "NOT_RESPONDING" not in state and "DOWN" not in state:
-                break
-            time.sleep(0.5)
-        return {"node": node, "slurm_node": name, "started": True, "state": state}
-
-    @staticmethod
-    def slurmd_timeout_s() -> float | None:
-        """The cluster's ``SlurmdTimeout`` (s), after which the controller sets a silent node DOWN; None
-        if it cannot be read."""
-        return commands.config_seconds("SlurmdTimeout")
+    # -- Slurm's own faults (chaos.faults.slurm; the node ones in chaos.backends.slurm.node_faults) ----------
+    def slurm_control(self) -> SlurmControl:
+        """This backend, as Slurm's own faults drive it (:class:`chaos.backends.base.SlurmControl`)."""
+        return self
 
     def running(self) -> bool:
         return self._requeued or super().running()
@@ -361,7 +261,7 @@ class SlurmBackend(SshBackend):
             self._submitting = True
             alloc_mod.submit(self.slurm, self.run_id, self.python, self._submitted)  # self.allocation: the new job
         else:
-            before = self._restarts(job)
+            before = alloc_mod.restarts(job)
             commands.run("scontrol", "requeue", job)  # (refused: the sessions are ended all the same, the run ends)
             self._restarts_before = before
         self._resubmitted = resubmit
@@ -372,13 +272,6 @@ class SlurmBackend(SshBackend):
                 "agents_stopped": list(range(self.nodes)), "still_running_after_grace": still,
                 "grace_used_s": round(waited, 3), "scancel_rc": sent.returncode,
                 **({"new_job_id": self.allocation.job_id} if resubmit else {})}
-
-    @staticmethod
-    def _restarts(job_id: str) -> int:
-        try:
-            return _int((commands.job(job_id) or {}).get("Restarts"))
-        except ChaosError:
-            return 0
 
     def relaunch(self) -> dict[str, Any]:
         """Wait until Slurm runs the requeued job again, then start every node on its new allocation as
@@ -395,7 +288,7 @@ class SlurmBackend(SshBackend):
         if self._resubmitted:  # a new job: waited for as the first one was
             alloc_mod.wait_running(alloc, self.slurm.allocation_timeout_s)
         else:
-            self._wait_requeued(alloc)
+            alloc_mod.wait_requeued(alloc, self._restarts_before, self._begin_now, self.slurm.allocation_timeout_s)
         follows = {"follows_job_id": self._jobs[-2]} if self._resubmitted else {}  # the job this one replaces
         self.log.record("slurm_allocation", **alloc.as_dict(), incarnation=self.incarnation,
                         wait_s=round((alloc.running_t or 0) - requeued_t, 3), **follows)
@@ -415,33 +308,6 @@ class SlurmBackend(SshBackend):
         finally:
             self._on_connected.remove(republish)
         return {"job_id": alloc.job_id, "incarnation": self.incarnation, "nodes": list(alloc.names), **follows}
-
-    def _wait_requeued(self, alloc: Allocation) -> None:
-        """Wait until the requeued job runs again. Between the requeue and the job pending again Slurm
-        may still say RUNNING (the old incarnation: the restart count grows before the state changes),
-        COMPLETING, REQUEUED, or even FAILED (the killed batch script's exit, before the requeue is
-        through): so first its restart count must have grown and it must pend (a requeued job always
-        pends first: Slurm holds it with a BeginTime, lifted here with ``begin_now``, but not within the
-        second of the requeue: :data:`CRED_REVOKED_S`)."""
-        deadline = time.monotonic() + REQUEUE_SETTLE_S
-        last = "?"
-        while True:
-            try:
-                rec = commands.job(alloc.job_id) or {}
-            except ChaosError:
-                rec = {}  # no answer this time
-            last = rec.get("JobState", last)
-            if _int(rec.get("Restarts")) > self._restarts_before and last in ("PENDING", "CONFIGURING"):
-                if last == "PENDING" and self._begin_now:  # (not in the second its old credential was revoked)
-                    commands.run("scontrol", "update", f"JobId={alloc.job_id}", f"StartTime=now+{CRED_REVOKED_S}",
-                                 check=False)
-                break
-            if time.monotonic() > deadline:
-                raise ChaosError(f"slurm: job {alloc.job_id} did not come back after its requeue (still {last} after "
-                                 f"{REQUEUE_SETTLE_S:g} s)")
-            time.sleep(0.3)
-        alloc_mod.wait_running(alloc, self.slurm.allocation_timeout_s, waiting=(*alloc_mod.WAITING, "COMPLETING"),
-                               ended_for_s=ENDED_FOR_S)
 
     def teardown(self) -> None:
         """The ``ssh`` backend's teardown (each daemon undoes the run on its node), then ``scancel`` the
@@ -473,7 +339,7 @@ class SlurmBackend(SshBackend):
                 self.log.record("teardown_error", job_id=self.allocation.job_id,
                                 error=f"steps {left} of job {self.allocation.job_id} still run after 30 s")
         for node in lost:
-            self._clean_node(self.allocation.names[node])
+            clean_node(self.allocation.names[node], self.slurm, self.python, self.run_id, self.log)
 
     def _note_outside_end(self, job_id: str, wait_s: float = 30.0) -> None:
         """If Slurm already ended the job before chaos came to cancel it (its time limit, an administrator's
@@ -501,41 +367,6 @@ class SlurmBackend(SshBackend):
     def _lost_link(self, node: int) -> bool:
         link = self.links.get(node)
         return link is not None and link.closed.is_set() and not getattr(link, "_closing", False)
-
-    def _clean_node(self, name: str, wait_s: float = 30.0) -> None:
-        """Undo what a dead daemon left on node ``name`` (``hostd --cleanup``), as one-step jobs there;
-        while the run's daemon there still lives (it ends by itself once it sees the job gone,
-        :mod:`chaos.backends.slurm.hostd_slurm`), again, for up to ``wait_s`` s."""
-        argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={name}", "--immediate=30", "--time=2", "--quiet",
-                "--job-name=chaos-cleanup", *([f"--partition={self.slurm.partition}"] if self.slurm.partition else []),
-                *([f"--account={self.slurm.account}"] if self.slurm.account else []),
-                self.python, "-m", "chaos.backends.ssh.hostd", "--cleanup", "--workdir", self.slurm.workdir]
-        deadline = time.monotonic() + wait_s
-        why = ""
-        while True:
-            try:
-                out = commands.run(*argv, timeout=90, check=False)
-            except (ChaosError, OSError) as exc:
-                why = str(exc)
-                break
-            if out.returncode != 0:
-                why = f"exit {out.returncode}: {out.stderr.strip()[-300:]}"
-                break
-            try:
-                found = json.loads(out.stdout.strip().splitlines()[-1])
-            except (ValueError, IndexError):
-                found = []
-            ours = [d for d in found if isinstance(d, dict) and self.run_id in str(d.get("run_dir", ""))]
-            if not any(d.get("live") for d in ours):
-                self.log.record("slurm_node_cleaned", slurm_node=name, undone=ours)
-                return
-            if time.monotonic() > deadline:
-                why = f"the run's daemon there still runs after {wait_s:g} s"
-                break
-            time.sleep(2)
-        self.log.record("teardown_error", slurm_node=name,
-                        error=f"could not clean node {name} after losing it ({why}); run "
-                              f"`{self.python} -m chaos.backends.ssh.hostd --cleanup --workdir {self.slurm.workdir}` there")
 
     def _end_job(self) -> None:
         assert self.allocation is not None

@@ -17,6 +17,8 @@ from typing import Any
 
 from chaos.errors import ChaosError
 
+JOB_ENV, NODE_ENV = "CHAOS_SLURM_JOB_ID", "CHAOS_SLURM_NODE"  # the runner names the job and node to a daemon reached over SSH
+
 TOOLS = ("sbatch", "srun", "squeue", "scontrol", "sinfo", "scancel")
 TIMEOUT_S = 30.0
 KEEP = ("SLURM_CONF",)

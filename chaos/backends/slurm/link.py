@@ -2,12 +2,12 @@
 job step on that node (``srun --jobid J --overlap -N1 -n1 -w NODE ...``), its stdin and stdout
 forwarded by ``srun``. No SSH to the nodes is needed, only what any job's ``srun`` needs.
 
-The daemon's protocol is the ``ssh`` backend's (:mod:`chaos.backends.ssh.hostd`); this class is a
+The daemon's protocol is the ``ssh`` backend's (:mod:`chaos.hostd`); this class is a
 :class:`~chaos.backends.ssh.link.HostLink` whose channel is the ``srun`` process's pipes. Closing its
 stdin ends the daemon's session (``srun`` forwards the end of input), and the daemon undoes the run on
 its node. ``srun`` runs in a session of its own, so a SIGKILL of the runner leaves it: its stdin then
 closes with the runner, and the daemon undoes the run just the same. If the job ends under it (a node
-set DOWN, the time limit), the daemon sees that by itself (:mod:`chaos.backends.slurm.hostd_slurm`).
+set DOWN, the time limit), the daemon sees that by itself (:mod:`chaos.hostd.slurm`).
 """
 
 from __future__ import annotations

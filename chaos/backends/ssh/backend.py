@@ -1,7 +1,7 @@
 """The ``ssh`` backend: node i is ``hosts[i]``, reached over SSH, with its own processes, clock and disk.
 
 The runner opens one connection per host (:class:`~chaos.backends.ssh.link.HostLink`) and starts the
-host daemon there (:mod:`chaos.backends.ssh.hostd`), which makes the host's run directory
+host daemon there (:mod:`chaos.hostd`), which makes the host's run directory
 ``<workdir>/<run id>``, starts and watches the node's torchrun agent, and pushes every new line of
 the host's ``events/*.jsonl``. Those lines land in the runner's own ``events/`` as
 ``host<i>-<name>``, their ``t`` corrected by the host's clock offset (measured when the run starts,
@@ -23,85 +23,39 @@ time) ask that host's daemon. A host whose session is lost mid-run counts as a n
 
 **Cleanup.** The daemon undoes the run on its host when its session ends, however it ends (the
 runner's SIGKILL closes the connection); ``chaos cleanup --hosts`` covers a daemon that was killed
-itself (see :func:`chaos.backends.ssh.hostd.cleanup_workdir`).
+itself (see :func:`chaos.hostd.cleanup.cleanup_workdir`).
 """
 
 from __future__ import annotations
 
 import base64
-import json
-import signal
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from chaos.backends.base import LaunchSpec, NodeNet
+from chaos.backends.base import LaunchSpec, NodeHosts, NodeNet, SlurmControl
+from chaos.backends.replica_groups import GroupRuntime
 from chaos.backends.ssh.clock import Offset, measure
+from chaos.backends.ssh.hostcheck import check_host, make_link
 from chaos.backends.ssh.link import HostLink
-from chaos.backends.ssh.pids import PID_BITS, host_pid_of, split_pid
+from chaos.backends.ssh.on_hosts import SshHosts
+from chaos.backends.ssh.pids import host_pid_of
+from chaos.backends.ssh.processes import SshProcesses
+from chaos.backends.ssh.pushes import SshPushes
 from chaos.backends.ssh.remote import HostExec
 from chaos.backends.torchrun import AgentLogs, agent_env, torchrun_args
-from chaos.errors import CapabilityError, ChaosError
-from chaos.history import RunnerLog, finite_number
+from chaos.errors import ChaosError
+from chaos.history import RunnerLog
 from chaos.logtext import error_lines
 from chaos.manifest import Manifest
 from chaos.scenario import SshBackendSpec
 
-LOST_EXIT = 255  # the agent exit reported for a host whose session was lost (its real one is unknown)
-HOSTD = "chaos.backends.ssh.hostd"
+HOSTD = "chaos.hostd"
 
 
-def make_link(spec: SshBackendSpec, node: int) -> HostLink:
-    """A link (not yet connected) to ``spec.hosts[node]``."""
-    h = spec.hosts[node]
-    return HostLink(h.address, h.port, h.user, h.key, spec.known_hosts, spec.host_key_policy == "accept-new")
-
-
-def check_host(spec: SshBackendSpec, node: int, script: str | None = None) -> dict[str, Any]:
-    """Connect to ``hosts[node]`` and check it can run the job (:func:`check_link`)."""
-    link = make_link(spec, node).connect()
-    try:
-        return check_link(link, spec.python or sys.executable, script, spec.kind)
-    finally:
-        link.close()
-
-
-def check_link(link: HostLink, python: str, script: str | None = None, kind: str = "ssh") -> dict[str, Any]:
-    """Check the host behind ``link`` (connected) can run the job: the interpreter ``python`` with torch
-    and chaos, and the script (if given). What was found; raises :class:`~chaos.errors.CapabilityError`
-    (for backend ``kind``) naming the host and the fix."""
-    probe = ("import json, os, sys; out = {'python': sys.executable, 'euid': os.geteuid()}\n"
-             "try:\n import torch; out['torch'] = torch.__version__\nexcept ImportError: out['torch'] = None\n"
-             "try:\n import chaos.probe; out['chaos'] = True\nexcept ImportError: out['chaos'] = False\n"
-             "print(json.dumps(out))")
-    rc, out, err = link.run([python, "-c", probe])
-    if rc != 0:
-        raise CapabilityError(kind, f"host {link.name}: the interpreter {python} does not run there "
-                              f"({(err or out).strip()[-200:]}); set backend.python to the hosts' interpreter")
-    try:
-        found = json.loads(out.strip().splitlines()[-1])
-        assert isinstance(found, dict)
-    except (IndexError, ValueError, AssertionError):
-        raise CapabilityError(kind, f"host {link.name}: could not read what {python} said ({out.strip()[-200:]!r}); "
-                              "does a login script print to stdout there?") from None
-    if not found.get("torch"):
-        raise CapabilityError(kind, f"host {link.name}: {python} has no torch; install it there "
-                              "(`pip install torch`) or set backend.python to an interpreter that has it")
-    if not found.get("chaos"):
-        raise CapabilityError(kind, f"host {link.name}: {python} cannot import chaos; install chaos there "
-                              "(the job imports its probe, and the runner starts its host daemon)")
-    if script is not None:
-        rc, _, _ = link.run(["test", "-f", script])
-        if rc != 0:
-            raise CapabilityError(kind, f"host {link.name}: the target script {script} is not there; deploy "
-                                  "the job's code at the same path on every host")
-    return {"host": link.name, **found}
-
-
-class SshBackend:
+class SshBackend(SshProcesses, SshPushes):
     """One torchrun agent per host over SSH (see the module docstring). Implements
     :class:`chaos.backends.base.Backend`."""
 
@@ -232,41 +186,10 @@ class SshBackend:
             text = text.replace(self.shared_checkpoints, str(self.run_dir / "checkpoints"))
         return text.replace(self.remote_dir(node), str(self.run_dir))
 
-    # -- the checkpoints on the hosts (chaos.backends.ssh.files) ------------------------------------------
-    def fuse_status(self) -> tuple[bool, str]:
-        """Whether disk faults can work on every host (node-local checkpoints and FUSE there)."""
-        from chaos.backends.ssh.files import fuse_status
-
-        return fuse_status(self.spec, make_link)
-
-    def checkpoint_mount(self) -> Any:
-        """``env.disk``: the disk fault's filesystem on every host (not yet mounted)."""
-        from chaos.backends.ssh.files import HostMounts
-
-        return HostMounts(self)
-
-    def checkpoint_watcher(self, log: RunnerLog) -> Any:
-        """The checkpoint watcher the runner uses instead of its own: one on each host."""
-        from chaos.backends.ssh.files import HostsWatcher
-
-        return HostsWatcher(self, log)
-
-    def newest_checkpoints(self, globs: list[str]) -> list[tuple[int, dict[str, Any]]]:
-        from chaos.backends.ssh.files import newest_checkpoints
-
-        return newest_checkpoints(self, globs)
-
-    def damage_checkpoint(self, spec: Any, globs: list[str]) -> dict[str, Any]:
-        from chaos.backends.ssh.files import damage_checkpoint
-
-        return damage_checkpoint(self, spec, globs)
-
-    @property
-    def blackbox_observer_class(self) -> Any:
-        """The runner makes this instead of :class:`chaos.observe.observer.Observer`: one observer on each host."""
-        from chaos.backends.ssh.observer import HostsObserver
-
-        return HostsObserver
+    # -- what chaos does on the hosts (chaos.backends.ssh.on_hosts) ------------------------------------------
+    def hosts(self) -> NodeHosts:
+        """The checkpoints and the black-box observer on the hosts (:class:`~chaos.backends.ssh.on_hosts.SshHosts`)."""
+        return SshHosts(self, make_link)
 
     def _start_agent(self, node: int) -> None:
         assert self.launch is not None
@@ -288,63 +211,6 @@ class SshBackend:
         self.log.record("agent_start", node=node, pid=host_pid_of(node, int(started["pid"])), pid_on_host=started["pid"],
                         host=self.links[node].name, cmd=argv, cwd=cwd)
 
-    # -- pushes from the hosts ---------------------------------------------------------------------------------
-    def _on_push(self, node: int, msg: dict[str, Any]) -> None:
-        kind = msg.get("push")
-        if kind == "lines":
-            self._mirror(node, str(msg.get("file", "")), msg.get("lines") or [])
-        elif kind == "gone":
-            with self._exited:
-                self._gone.update(host_pid_of(node, int(p)) for p in msg.get("pids", []))
-                self._exited.notify_all()
-        elif kind == "exit":
-            with self._exited:
-                pid = int(msg["pid"])
-                if self._agent.get(node) == pid:
-                    self._agent[node] = None
-                self._exits.append((node, pid, int(msg["code"])))
-                self._exited.notify_all()
-        elif kind == "lost":  # the session ended under the run: the node is gone as far as the run can tell
-            with self._exited:
-                running = self._agent.get(node)
-                self._agent[node] = None
-                if running is not None:
-                    self._exits.append((node, running, LOST_EXIT))
-                self._gone.update(p for p in self._resolved if split_pid(p)[0] == node)
-                self._exited.notify_all()
-            self.log.record("host_lost", node=node, host=self.links[node].name if node in self.links else "?",
-                            why=str(msg.get("why", ""))[:500])
-        elif kind == "error":
-            self.log.record("host_daemon_error", node=node, error=str(msg.get("error"))[:500])
-
-    def _mirror(self, node: int, name: str, lines: list[str]) -> None:
-        """Append the host's event lines to ``events/host<node>-<name>``, ``t`` in the runner's time."""
-        if not name.endswith(".jsonl") or "/" in name or name.startswith(".") or self._closing:
-            return
-        offset = self.offsets.get(node)
-        out = []
-        for line in lines:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue  # a torn or forged line: the runner's own reader would skip it too
-            if isinstance(event, dict) and finite_number(event.get("t")) and offset is not None:
-                event["t_host"] = event["t"]
-                event["t"] = event["t"] - offset.offset_s
-            pid = event.get("pid") if isinstance(event, dict) else None
-            if isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < (1 << PID_BITS):
-                event["pid_on_host"] = pid  # each host numbers its own: the journal's pid names the host too
-                event["pid"] = host_pid_of(node, pid)
-            out.append(json.dumps(event) + "\n")
-        with self._write:
-            f = self._files.get((node, name))
-            if f is None:
-                f = self._files[(node, name)] = open(self.run_dir / "events" / f"host{node}-{name}", "a",  # noqa: SIM115
-                                                     encoding="utf-8")
-            f.write("".join(out))
-            f.flush()
-        self._news.set()
-
     # -- the contract -------------------------------------------------------------------------------------------
     def poll(self) -> list[tuple[int, int]]:
         with self._exited:
@@ -363,26 +229,6 @@ class SshBackend:
     def running(self) -> bool:
         return any(pid is not None for pid in self._agent.values())
 
-    def agent_pid(self, node: int) -> int | None:
-        pid = self._agent.get(node)
-        return host_pid_of(node, pid) if pid is not None else None
-
-    def _wait_exit(self, node: int, wait_s: float) -> bool:
-        deadline = time.monotonic() + wait_s
-        with self._exited:
-            while self._agent.get(node) is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._exited.wait(left)
-        return True
-
-    def signal_agent(self, node: int, signum: int, wait_s: float) -> bool:
-        if self._agent.get(node) is None or not self.links[node].call("signal_agent", signum=int(signum)):
-            return False
-        self._wait_exit(node, wait_s)
-        return True
-
     def worker_exit_codes(self) -> dict[int, int]:
         """pid (as the journal names it) → exit code of the workers whose failure torchrun logged, from
         each host's agent log."""
@@ -392,45 +238,6 @@ class SshBackend:
             logs = self._node_logs.setdefault(node, AgentLogs(self.run_dir / "logs"))
             codes.update({host_pid_of(node, pid): code for pid, code in logs.exit_codes(range(node, node + 1)).items()})
         return codes
-
-    def host_pid(self, node: int, pid: int) -> int | None:
-        """``pid`` (as the journal names it: :func:`host_pid_of` the host that pushed the event) if it is
-        one of the run's processes on that host, asked there (under its agent, with the run's id);
-        None otherwise. The host is the one the event came from, never guessed from ``node``."""
-        n, raw = split_pid(int(pid))
-        if n not in self.links or raw <= 0:
-            return None
-        try:
-            start = self.links[n].call("resolve", pid=raw)
-        except ChaosError:
-            return None
-        if start is None:
-            return None
-        self._resolved[int(pid)] = float(start)
-        self._gone.discard(int(pid))
-        return int(pid)
-
-    def process_start(self, host_pid: int) -> float | None:
-        return None if host_pid in self._gone else self._resolved.get(host_pid)
-
-    def same_process(self, host_pid: int, start: float | None) -> bool:
-        return start is not None and host_pid not in self._gone and self._resolved.get(host_pid) == start
-
-    def signal_process(self, host_pid: int, start: float | None, signum: int) -> bool:
-        node, pid = split_pid(host_pid)
-        if node not in self.links or not self.same_process(host_pid, start):
-            return False
-        return bool(self.links[node].call("signal", pid=pid, start=start, signum=int(signum)))
-
-    def wait_gone(self, host_pids: dict[int, float | None], timeout_s: float) -> list[int]:
-        deadline = time.monotonic() + timeout_s
-        with self._exited:
-            while True:
-                alive = sorted(p for p in host_pids if p not in self._gone and p in self._resolved)
-                left = deadline - time.monotonic()
-                if not alive or left <= 0:
-                    return alive
-                self._exited.wait(min(left, 0.05))
 
     def idle(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` s, or until a host pushes event lines."""
@@ -462,43 +269,12 @@ class SshBackend:
         return NodeNet(node, address, address, f"ssh://{address}", iface,
                        remote=HostExec(link, self.python, int(self.hello[node]["pid"])))
 
-    def node_pids(self, node: int) -> list[int]:
-        if node not in self.links:
-            return []
-        found = self.links[node].call("processes")
-        for pid, start in found.items():
-            if start is not None:
-                self._resolved.setdefault(host_pid_of(node, int(pid)), float(start))
-        return sorted(host_pid_of(node, int(p)) for p in found)
-
-    def crash_node(self, node: int, signum: int, wait_s: float) -> dict[str, Any]:
-        if self._agent.get(node) is None:
-            raise ChaosError(f"node-crash: node {node} is not running")
-        if node in self._frozen:
-            self.thaw_node(node)
-        done = self.links[node].call("crash", signum=int(signum))
-        exited = self._wait_exit(node, wait_s)
-        return {"node": node, "signal": signal.Signals(signum).name, "pids": [host_pid_of(node, p) for p in done["pids"]],
-                "host": self.links[node].name, "agent_exited": exited}
-
     def restart_node(self, node: int) -> dict[str, Any]:
         if self._agent.get(node) is not None:
             raise ChaosError(f"node-restart: node {node} is still running; crash it first (node-crash)")
         self.poll()  # report the old agent's exit before its successor starts
         self._start_agent(node)
         return {"node": node, "pid": self._agent[node], "host": self.links[node].name}
-
-    def freeze_node(self, node: int) -> dict[str, Any]:
-        self._frozen.add(node)
-        return {"node": node, "pids": [host_pid_of(node, p) for p in self.links[node].call("freeze")],
-                "host": self.links[node].name}
-
-    def thaw_node(self, node: int) -> dict[str, Any]:
-        self._frozen.discard(node)
-        link = self.links.get(node)
-        if link is None or link.closed.is_set():
-            return {"node": node, "thawed": False}
-        return {"node": node, "pids": [host_pid_of(node, p) for p in link.call("thaw")]}
 
     # -- logs and the end ----------------------------------------------------------------------------------------
     def _sync_logs(self, node: int) -> None:
@@ -519,6 +295,12 @@ class SshBackend:
             with open(self.run_dir / rel, "ab") as f:
                 f.write(data)
             self._log_offsets[rel] = offset + len(data)
+
+    groups: GroupRuntime | None = None  # torchft replica groups run on the local backend only
+
+    def slurm_control(self) -> SlurmControl | None:
+        """None: hosts reached over SSH have no Slurm allocation (``slurm`` overrides it)."""
+        return None
 
     def teardown(self) -> None:
         """On every host at once: stop the agent (SIGTERM, SIGKILL after 3 s) and whatever carries the

@@ -1,6 +1,6 @@
 """The runner's side of the checkpoints on ``ssh`` hosts: the disk fault's mounts, checkpoint damage and
 the checkpoint watcher, each done by the daemon of the host that holds the checkpoints
-(:mod:`chaos.backends.ssh.hostd_files`), with the same interfaces as on one machine, so the faults
+(:mod:`chaos.hostd.files`), with the same interfaces as on one machine, so the faults
 and checks need not know where the files are.
 
 - :class:`HostMounts` stands for ``env.disk`` (:class:`chaos.disk.mount.DiskMount`): one FUSE mount per
@@ -11,27 +11,20 @@ and checks need not know where the files are.
 - :func:`newest_checkpoints` / :func:`damage_checkpoint`: the ``checkpoint`` fault damages the newest
   checkpoint of all hosts (every host holding a checkpoint of that step, where checkpoints are named
   by step; otherwise the most recently written, times corrected by each host's clock offset).
-- :class:`HostsWatcher` stands for :class:`chaos.run.ckptwatch.CheckpointWatcher`: each verification
-  runs on the host whose rank reported the save (or began the load), and the runner records the event
-  it returns, in the runner's time.
+- The checkpoint watcher on the hosts is :mod:`chaos.backends.ssh.watch`.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from chaos.backends.ssh.pids import split_pid
 from chaos.errors import ChaosError
-from chaos.history import Event, RunnerLog
 
 SLOW_S = 120.0  # seconds a host may take to mount, verify a checkpoint (torch.load, dcp.load) or finish
 POLL_EVERY_S = 0.1  # how often the hosts' ``latest`` pointers are read
-WATCHED = ("checkpoint_save_begin", "checkpoint_saved", "checkpoint_load_begin")
 
 
 def checkpoint_dir_on(backend: Any, node: int) -> str:
@@ -39,7 +32,7 @@ def checkpoint_dir_on(backend: Any, node: int) -> str:
     return str(backend.shared_checkpoints or f"{backend.remote_dir(node)}/checkpoints")
 
 
-def _each(backend: Any, fn: Any, nodes: list[int] | None = None) -> list[Any]:
+def each_node(backend: Any, fn: Any, nodes: list[int] | None = None) -> list[Any]:
     nodes = sorted(backend.links) if nodes is None else nodes
     if not nodes:
         return []
@@ -115,7 +108,7 @@ class HostMounts:
                 errors.append(f"{self.backend.links[node].name}: {exc}")
                 return None
 
-        done = [d for d in _each(self.backend, one, self._live()) if d is not None]
+        done = [d for d in each_node(self.backend, one, self._live()) if d is not None]
         return done, errors
 
     def mount(self) -> None:
@@ -138,7 +131,7 @@ class HostMounts:
             self._mounted.add(node)
 
         try:
-            _each(self.backend, one)
+            each_node(self.backend, one)
         finally:
             self._pending = False
         self.backend.log.record("ssh_disk_mounts", hosts=self.hosts, mountpoint=self.mountpoint)
@@ -154,7 +147,7 @@ class HostMounts:
         if self._pending:
             return True
         live = self._live()
-        return bool(live) and all(_each(self.backend, self._host_mounted, live))
+        return bool(live) and all(each_node(self.backend, self._host_mounted, live))
 
     def _host_mounted(self, node: int) -> bool:
         try:
@@ -220,7 +213,7 @@ def newest_checkpoints(backend: Any, globs: list[str]) -> list[tuple[int, dict[s
         except ChaosError:
             return node, None
 
-    return [(n, found) for n, found in _each(backend, one, nodes) if found]
+    return [(n, found) for n, found in each_node(backend, one, nodes) if found]
 
 
 def damage_checkpoint(backend: Any, spec: Any, globs: list[str]) -> dict[str, Any]:
@@ -261,144 +254,3 @@ def damage_checkpoint(backend: Any, spec: Any, globs: list[str]) -> dict[str, An
     path = next(f["path"] for n, f in targets if n == node0)
     return {**result, "path": backend.unmap(node0, path), "nodes": [n for n, _ in done],
             "hosts": [backend.links[n].name for n, _ in done], **({"errors": errors} if errors else {})}
-
-
-class HostsWatcher:
-    """The checkpoint watcher on ssh (see the module docstring); the runner calls it as it calls a
-    :class:`~chaos.run.ckptwatch.CheckpointWatcher`. ``backing`` is set by the runner and not used:
-    each host reads past its own mount."""
-
-    def __init__(self, backend: Any, log: RunnerLog) -> None:
-        self.backend = backend
-        self.log = log
-        self.backing: Any = None
-        self._started: set[int] = set()
-        self._failed: set[int] = set()  # hosts whose watcher could not start
-        self._waiting: list[tuple[int, dict[str, Any]]] = []  # (node, event as its host saw it) while warming up
-        self._saved_on: dict[str, int] = {}  # a shared directory's checkpoint → the node that verified its save
-        self._next_poll = 0.0
-        self._warming: threading.Thread | None = None
-        self._final: list[Event] | None = None  # the last re-verification, made before the sessions end
-        backend.on_connected(self._warm)
-        backend.after_job_stopped(self._last_look)
-
-    def _warm(self) -> None:
-        """Start every host's watcher (it imports torch: seconds) while the job starts, not at its first save."""
-        def start() -> None:
-            _each(self.backend, self._start)
-
-        self._warming = threading.Thread(target=start, name="chaos-ssh-watchers", daemon=True)
-        self._warming.start()
-
-    def _node(self, event: Event) -> int | None:
-        pid = event.get("pid")
-        if not isinstance(pid, int) or isinstance(pid, bool):
-            return None
-        node = split_pid(pid)[0]
-        return node if node in self.backend.links else None
-
-    def _ensure(self, node: int) -> bool:
-        """Whether ``node``'s watcher is up; never waits for the warm-up (the runner's loop goes on)."""
-        if node not in self.backend.links or self.backend.links[node].closed.is_set():  # not up yet, or lost
-            return False
-        warming = self._warming
-        if warming is not None and warming.is_alive():
-            return node in self._started
-        return self._start(node)
-
-    def _start(self, node: int) -> bool:
-        if node in self._failed:
-            return False
-        if node not in self._started:
-            try:
-                self.backend.links[node].call("watch_start", timeout_s=SLOW_S,
-                                              checkpoint_dir=checkpoint_dir_on(self.backend, node))
-            except ChaosError as exc:  # its checkpoints go unverified: the checks say unknown for want of events
-                self._failed.add(node)
-                self.log.record("checkpoint_watch_error", node=node, error=str(exc)[:500])
-                return False
-            self._started.add(node)
-        return True
-
-    def _call(self, node: int, op: str, **args: Any) -> Any:
-        try:
-            return self.backend.links[node].call(op, timeout_s=SLOW_S, **args) if self._ensure(node) else None
-        except ChaosError as exc:  # the host went away: its checkpoints cannot be judged from here
-            self.log.record("checkpoint_watch_error", node=node, op=op, error=str(exc)[:500])
-            return None
-
-    def _record(self, node: int, made: dict[str, Any] | None) -> Event | None:
-        if not made:
-            return None
-        fields = {k: v for k, v in made.items() if k not in ("t", "kind", "source")}
-        return self.log.record(str(made["kind"]), node=node, host=self.backend.links[node].name, **fields)
-
-    def observe(self, event: Event) -> Event | None:
-        """Verify, on its host, a save or a load a rank reports; the event recorded, or None (also while
-        the hosts' watchers warm up: it is verified once they are up, :meth:`poll`)."""
-        if event.get("kind") not in WATCHED:
-            return None
-        node = self._node(event)
-        if node is None:
-            return None
-        host_event = {**event, "pid": event.get("pid_on_host", event.get("pid")), "t": event.get("t_host", event.get("t"))}
-        self._waiting.append((node, host_event))
-        drained = self._drain()
-        return drained[-1] if drained else None
-
-    def _drain(self) -> list[Event]:
-        """Verify the saves and loads that came while the hosts' watchers warmed up (in order)."""
-        out: list[Event] = []
-        while self._waiting and (self._warming is None or not self._warming.is_alive()):
-            node, host_event = self._waiting.pop(0)
-            path = host_event.get("path")
-            if self.backend.shared_checkpoints is not None and host_event.get("kind") == "checkpoint_load_begin" \
-                    and path in self._saved_on:
-                node = self._saved_on[path]
-            made = self._call(node, "watch_observe", event=host_event)
-            if self.backend.shared_checkpoints is not None and host_event.get("kind") == "checkpoint_saved" and made:
-                self._saved_on[str(path)] = node
-            recorded = self._record(node, made)
-            if recorded is not None:
-                out.append(recorded)
-        return out
-
-    def poll(self) -> Event | None:
-        """A change of a host's ``latest`` pointer, at most every :data:`POLL_EVERY_S` s (and what
-        waited for the warm-up, once it is over: the first of those events is returned, all recorded)."""
-        drained = self._drain()
-        if drained:
-            return drained[0]
-        now = time.monotonic()
-        if now < self._next_poll:
-            return None
-        self._next_poll = now + POLL_EVERY_S
-        nodes = [self.backend.spec.rdzv_node] if self.backend.shared_checkpoints else sorted(self._started)
-        for node in nodes:
-            made = self._record(node, self._call(node, "watch_poll"))
-            if made is not None:
-                return made
-        return None
-
-    def _last_look(self) -> None:
-        if self._warming is not None:
-            self._warming.join(SLOW_S)
-        self._final = self._drain() + self._finish_hosts()
-
-    def finish(self) -> list[Event]:
-        """Re-verify, on each host, every checkpoint its ranks reported that is still there. Done by the
-        backend's teardown once the job is stopped, before the sessions end; this returns what that
-        recorded (or re-verifies now, if the sessions are still up)."""
-        if self._final is not None:
-            out, self._final = self._final, []
-            return out
-        return self._finish_hosts()
-
-    def _finish_hosts(self) -> list[Event]:
-        out: list[Event] = []
-        for node in sorted(self._started):
-            for made in self._call(node, "watch_finish") or []:
-                recorded = self._record(node, made)
-                if recorded is not None:
-                    out.append(recorded)
-        return out

@@ -220,7 +220,7 @@ def doctor_hosts(spec: SshBackendSpec) -> list[dict[str, str]]:
     """Rows (group, name, status, detail) for every host: reachable with its host key, the
     interpreter with torch and chaos, root, and that host's own ``chaos doctor`` (netem, iptables,
     FUSE, ...). Never raises for a host that fails: its row says why."""
-    from chaos.backends.ssh.backend import check_host, make_link
+    from chaos.backends.ssh.hostcheck import check_host, make_link
 
     def one(node: int) -> list[dict[str, str]]:
         name = spec.hosts[node].address
@@ -258,15 +258,15 @@ def doctor_hosts(spec: SshBackendSpec) -> list[dict[str, str]]:
 
 def cleanup_hosts(spec: SshBackendSpec, dry_run: bool = False) -> list[dict[str, Any]]:
     """On every host, undo what dead runs left under ``workdir``
-    (:func:`chaos.backends.ssh.hostd.cleanup_workdir`): [{host, runs: [...]} or {host, error}]."""
-    from chaos.backends.ssh.backend import make_link
+    (:func:`chaos.hostd.cleanup.cleanup_workdir`): [{host, runs: [...]} or {host, error}]."""
+    from chaos.backends.ssh.hostcheck import make_link
 
     def one(node: int) -> dict[str, Any]:
         host = spec.hosts[node].address
         try:
             link = make_link(spec, node).connect()
             try:
-                argv = [spec.python or sys.executable, "-m", "chaos.backends.ssh.hostd", "--cleanup", "--workdir",
+                argv = [spec.python or sys.executable, "-m", "chaos.hostd", "--cleanup", "--workdir",
                         spec.workdir]
                 if dry_run:
                     argv.append("--dry-run")

@@ -131,7 +131,7 @@ class HostLink:
 
     # -- the daemon ----------------------------------------------------------------------------------------
     def start_daemon(self, argv: list[str], on_push: Push) -> None:
-        """Start the host daemon (``argv``, see :mod:`chaos.backends.ssh.hostd`) and read its output in a thread."""
+        """Start the host daemon (``argv``, see :mod:`chaos.hostd`) and read its output in a thread."""
         assert self.client is not None, "connect() first"
         self.on_push = on_push
         transport = self.client.get_transport()

@@ -1,8 +1,8 @@
 """The runner's side of a black-box target on ``ssh``: one observer on each host, their events merged.
 
 :class:`HostsObserver` stands in for :class:`chaos.observe.observer.Observer` (same constructor, same
-methods; the runner makes it through ``SshBackend.blackbox_observer_class``). Each host's daemon runs
-the observer of its own node (:mod:`chaos.backends.ssh.hostd_blackbox`); they are started once the
+methods; the runner makes it through ``SshBackend.hosts().blackbox_observer()``). Each host's daemon runs
+the observer of its own node (:mod:`chaos.hostd.blackbox`); they are started once the
 backend's ``start`` has the daemons up and before the agents start (so a file the job writes is
 ``created``, never ``present``; building one may import torch there, seconds, once), and each host is
 then asked for what it saw by a thread of its own, every 20 ms, so a slow host never holds up the

@@ -46,7 +46,7 @@ class _ThisNode:
         self.nodes = nodes
 
     def agent_pid(self, node: int) -> int | None:
-        return self.daemon._agent_pid() if node == self.daemon.node else None
+        return self.daemon.agent_pid() if node == self.daemon.node else None
 
 
 class _Disk:

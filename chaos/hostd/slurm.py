@@ -1,4 +1,4 @@
-"""The host daemon's Slurm part (:func:`chaos.backends.ssh.hostd.add_parts` loads it by name): on backend
+"""The host daemon's Slurm part (:mod:`chaos.hostd`): on backend
 ``slurm`` the daemon is a job step, and when Slurm ends the job (cancelled, a node failure, the time
 limit, a requeue) the daemon's stdin may never close: the ``srun`` that carried it has exited, or its
 node is DOWN and was not told. So the daemon watches the job's state (``squeue``, every
@@ -21,8 +21,9 @@ import subprocess
 import threading
 from typing import Any
 
+from chaos.backends.slurm.commands import JOB_ENV, NODE_ENV
+
 WATCH_S = 3.0
-JOB_ENV, NODE_ENV = "CHAOS_SLURM_JOB_ID", "CHAOS_SLURM_NODE"  # set by the runner for a daemon reached over SSH
 
 
 def job_state(job_id: str, node: str | None = None) -> str | None:

@@ -1,0 +1,58 @@
+"""What chaos does on the ``ssh`` (and ``slurm``) hosts that hold the nodes, as the backend contract names it
+(:class:`chaos.backends.base.NodeHosts`): the disk fault's mounts, the newest checkpoint and its damage
+(:mod:`chaos.backends.ssh.files`), the checkpoint watcher (:mod:`chaos.backends.ssh.watch`) and the black-box
+observer (:mod:`chaos.backends.ssh.observer`), each done by the hosts' daemons (:mod:`chaos.hostd`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos.history import RunnerLog
+
+
+class SshHosts:
+    """The hosts of ``backend`` (an :class:`~chaos.backends.ssh.backend.SshBackend`, whose ``make_link`` it is
+    given), as :class:`chaos.backends.base.NodeHosts`."""
+
+    def __init__(self, backend: Any, make_link: Any) -> None:
+        self.backend = backend
+        self.make_link = make_link  # (spec, node) → an unopened HostLink to that host
+
+    def fuse_status(self) -> tuple[bool, str]:
+        """Whether disk faults can work on every host (node-local checkpoints and FUSE there)."""
+        from chaos.backends.ssh.files import fuse_status
+
+        return fuse_status(self.backend.spec, self.make_link)
+
+    def checkpoint_mount(self) -> Any:
+        """``env.disk``: the disk fault's filesystem on every host (not yet mounted)."""
+        from chaos.backends.ssh.files import HostMounts
+
+        return HostMounts(self.backend)
+
+    def checkpoint_watcher(self, log: RunnerLog) -> Any:
+        """The checkpoint watcher the runner uses instead of its own: one on each host."""
+        from chaos.backends.ssh.watch import HostsWatcher
+
+        return HostsWatcher(self.backend, log)
+
+    def newest_checkpoints(self, globs: list[str]) -> list[tuple[int, dict[str, Any]]]:
+        """(node, the newest checkpoint there) of every host holding one."""
+        from chaos.backends.ssh.files import newest_checkpoints
+
+        return newest_checkpoints(self.backend, globs)
+
+    def damage_checkpoint(self, spec: Any, globs: list[str]) -> dict[str, Any]:
+        """The ``checkpoint`` fault's damage to the newest checkpoint of all hosts."""
+        from chaos.backends.ssh.files import damage_checkpoint
+
+        return damage_checkpoint(self.backend, spec, globs)
+
+    def blackbox_observer(self) -> Any:
+        """The runner makes this instead of :class:`chaos.observe.observer.Observer`: one observer on each host."""
+        from chaos.backends.ssh.observer import HostsObserver
+
+        return HostsObserver
+
+
+__all__ = ["SshHosts"]
