@@ -18,6 +18,18 @@ def scenarios_dir() -> Path:
     return SCENARIOS
 
 
+class ThisMachine:
+    """The least of a backend a fault's unit test needs: the nodes' files are this machine's (``hosts()`` None,
+    as on the local backend) and no torchft replica groups."""
+
+    groups = None
+    kind = "local"
+    nodes = 1
+
+    def hosts(self) -> None:
+        return None
+
+
 def leftover_processes(run_dir: Path, run_id: str) -> list[str]:
     """Processes of a run still alive: carrying its CHAOS_RUN_ID or naming its directory."""
     out = []

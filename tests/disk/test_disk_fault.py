@@ -19,13 +19,14 @@ from chaos.faults.base import FaultEnv
 from chaos.faults.disk import Disk
 from chaos.scenario import DiskFault
 from chaos.worker_table import WorkerTable
+from tests.conftest import ThisMachine
 from tests.disk.conftest import make_mount
 
 TRIGGER = {"at_time_s": 0}
 
 
 def env_with(disk: DiskMount | None) -> FaultEnv:
-    env = FaultEnv(None, WorkerTable(), "t")  # type: ignore[arg-type]  (a disk fault never asks the backend)
+    env = FaultEnv(ThisMachine(), WorkerTable(), "t")  # type: ignore[arg-type]
     env.disk = disk  # the runner sets this attribute
     return env
 

@@ -24,15 +24,7 @@ from chaos.run.ckptwatch import CheckpointWatcher, verify
 from chaos.scenario import CheckpointFault
 from chaos.scenario.blackbox import BlackboxSpec
 from chaos.worker_table import WorkerTable
-
-
-class _ThisMachine:
-    """A backend whose nodes' files are this machine's (what a checkpoint fault asks of it)."""
-
-    groups = None
-
-    def hosts(self) -> None:
-        return None
+from tests.conftest import ThisMachine
 
 
 def dcp_save(path: Path, width: int = 64) -> dict:
@@ -89,7 +81,7 @@ def test_a_directory_of_another_format_is_not_judged_by_dcp(tmp_path: Path) -> N
 
 
 def env_for(root: Path, globs: list[str] | None = None) -> FaultEnv:
-    return FaultEnv(backend=_ThisMachine(), workers=WorkerTable(), run_id="r", checkpoint_dir=str(root),  # type: ignore[arg-type]
+    return FaultEnv(backend=ThisMachine(), workers=WorkerTable(), run_id="r", checkpoint_dir=str(root),  # type: ignore[arg-type]
                     checkpoint_globs=globs or [])
 
 

@@ -22,14 +22,7 @@ from chaos.worker_table import WorkerTable
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "targets"))
 import dircheckpoint  # noqa: E402
 
-
-class _ThisMachine:
-    """A backend whose nodes' files are this machine's (what a checkpoint fault asks of it)."""
-
-    groups = None
-
-    def hosts(self) -> None:
-        return None
+from tests.conftest import ThisMachine
 
 
 def runner(kind: str, t: float, **fields) -> dict:
@@ -91,7 +84,7 @@ def saved(root: Path, step: int, world: int = 2) -> dircheckpoint.Saved:
 
 
 def env_of(root: Path) -> FaultEnv:
-    return FaultEnv(backend=_ThisMachine(), workers=WorkerTable(), run_id="t", checkpoint_dir=str(root))  # type: ignore[arg-type]
+    return FaultEnv(backend=ThisMachine(), workers=WorkerTable(), run_id="t", checkpoint_dir=str(root))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("mode", ["corrupt", "truncate", "delete-metadata"])
