@@ -35,7 +35,11 @@ def test_fsdp2_rank_killed_at_step_25_resumes_from_step_20_bitwise(chaos_run, mo
     result = chaos_run(KILL, extra_args=["--async-save", "--step-time-ms", "10"] if mode == "async" else [])
     result.assert_ok()
     restored = result.verdict("restored_from_checkpoint").explanation
-    assert "loaded step-000020 (step 20, each rank's shard digest = its own save's) and resumed at step 21" in restored
+    # its save's checkpoint_saved reported before the kill (each shard's digest compared with its own save's), or,
+    # on a loaded machine, cut off by it (then the loaded parameters are compared with the step's digests)
+    assert "loaded step-000020 (step 20" in restored and "resumed at step 21" in restored, restored
+    assert ("each rank's shard digest = its own save's" in restored
+            or "every rank loaded the parameters it reported at that step" in restored), restored
     assert all(e.get("mode") == mode for e in of(result, "checkpoint_save_begin"))
     finals = {e["rank"]: e for e in of(result, "final")}
     # sharded: each rank's digest is of its own half of every parameter, the whole-model digest is one
