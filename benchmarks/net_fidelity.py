@@ -40,6 +40,7 @@ from chaos.faults.network import Delay, mechanism_for
 from chaos.labs.netns import NetLab
 from chaos.net import measure, tc
 from chaos.net.netns import Netns
+from chaos.run.this_machine import ThisMachine
 from chaos.scenario import DelayFault
 from chaos.worker_table import WorkerTable
 
@@ -156,7 +157,7 @@ def main() -> None:
     lab = NetLab(secrets.token_hex(3), ("a", "b"), subnet="10.78.0")
     try:
         lab.start()
-        env = FaultEnv(lab.backend(), WorkerTable(), lab.run_id)  # type: ignore[arg-type]
+        env = FaultEnv(lab.backend(), WorkerTable(), lab.run_id, hosts=ThisMachine(Path.cwd()))  # type: ignore[arg-type]
         with ForeignLoad() as load:
             extra = measure_delays(lab, env, rounds)
             free, delayed, cpu, slow = measure_throughput(lab, env, rounds)

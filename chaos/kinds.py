@@ -29,6 +29,8 @@ class Kind:
     that can carry it out; the loader refuses it on another before anything starts. ``impl``: its
     implementation, ``module:Class`` (a :class:`chaos.faults.base.SpecFault`), imported when first asked for
     (:func:`chaos.faults.fault_class`); "" for a plugin's row, whose class its entry point names.
+    ``group_impl``: its implementation in a run of torchft replica groups (``backend.replica_groups``), where
+    it acts on one group instead of one node ("": ``impl`` there too, or the kind takes no such run).
     ``doc``: one line for ``chaos faults`` / the CLI's JSON listing."""
 
     name: str
@@ -46,12 +48,13 @@ class Kind:
     needs_regroup: bool = False
     backend: str | None = None
     impl: str = ""
+    group_impl: str = ""
 
 
-def _network(name: str, doc: str, explore_order: int, needs_regroup: bool = False) -> Kind:
+def _network(name: str, doc: str, explore_order: int, needs_regroup: bool = False, group_impl: str = "") -> Kind:
     return Kind(name, doc, family="network", explore_order=explore_order, disrupts=True, cuts=True, network=True,
                 node_level=True, heals=True, needs_regroup=needs_regroup,
-                impl=f"chaos.faults.network:{name.capitalize()}")
+                impl=f"chaos.faults.network:{name.capitalize()}", group_impl=group_impl)
 
 
 # in the order ``chaos faults`` lists them
@@ -68,7 +71,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("node-restart", "start a crashed node again so it rejoins the rendezvous", node_level=True,
          impl="chaos.faults.process:NodeRestart"),
     _network("delay", "delay a node's outgoing packets (netem; NFQUEUE delayer where the kernel has no netem); "
-             "netns/docker, or one torchft replica group of the local backend (its cgroup's packets)", 4),
+             "netns/docker, or one torchft replica group of the local backend (its cgroup's packets)", 4,
+             group_impl="chaos.faults.group_delay:GroupDelay"),
     _network("loss", "drop a share of a node's outgoing packets (netem; iptables -m statistic); netns/docker", 5),
     _network("bandwidth", "cap a node's outgoing bandwidth (tc tbf); netns/docker", 6),
     _network("partition", "split the nodes in two sides that cannot reach each other (iptables); netns/docker", 7,

@@ -7,11 +7,14 @@
 - :func:`base_name`: a file's name as messages and verdicts quote it.
 - :func:`path_problem`: why a path a user gave cannot name a file here at all (the one check every path
   argument of the CLI and every path field of a scenario goes through first).
+- :func:`stat_files`: the files of one directory :func:`os.walk` listed, with their ``stat``, as
+  watchers of a directory tree read them (those gone since the listing left out).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 
@@ -34,6 +37,19 @@ def base_name(path: str | None) -> str:
     """The last part of ``path`` (``os.path.basename``: ``"a/ckpt-3.pt"`` → ``"ckpt-3.pt"``), or ``"?"``
     when ``path`` is None or empty: how messages and verdicts name a checkpoint file."""
     return os.path.basename(path) if path else "?"
+
+
+def stat_files(dirpath: str, names: Iterable[str], follow: bool = True) -> Iterator[tuple[str, os.stat_result]]:
+    """``(path, stat)`` of each of ``names`` in ``dirpath`` (``os.path.join(dirpath, name)``), in their order:
+    :func:`os.stat` (``follow``: through a symbolic link) or :func:`os.lstat`. A name that cannot be
+    stat'ed (gone since it was listed, or unreadable: any :class:`OSError`) is left out."""
+    for name in names:
+        path = os.path.join(dirpath, name)
+        try:
+            st = os.stat(path) if follow else os.lstat(path)
+        except OSError:
+            continue
+        yield path, st
 
 
 NAME_MAX_BYTES = 255  # a file name's most bytes on Linux filesystems (NAME_MAX)

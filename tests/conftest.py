@@ -20,7 +20,7 @@ def scenarios_dir() -> Path:
 
 class ThisMachine:
     """The least of a backend a fault's unit test needs: the nodes' files are this machine's (``hosts()`` None,
-    as on the local backend) and no torchft replica groups."""
+    as on the local backend: the test gives the FaultEnv :func:`hosts_here`) and no torchft replica groups."""
 
     groups = None
     kind = "local"
@@ -28,6 +28,14 @@ class ThisMachine:
 
     def hosts(self) -> None:
         return None
+
+
+def hosts_here(checkpoint_dir: str | Path = ".") -> Any:
+    """A test's ``FaultEnv.hosts``: the nodes' files are this machine's (:class:`chaos.run.this_machine.ThisMachine`),
+    the checkpoints in ``checkpoint_dir`` (also the run directory a disk mount would use)."""
+    from chaos.run.this_machine import ThisMachine as Here
+
+    return Here(Path(checkpoint_dir), checkpoint_dir=Path(checkpoint_dir))
 
 
 def leftover_processes(run_dir: Path, run_id: str) -> list[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends.base import LaunchSpec, NodeNet
+from chaos.backends.parts import RunParts
 from chaos.backends.procs import (
     LocalProcesses,
     kill_run_processes,
@@ -39,7 +40,7 @@ from chaos.warm.forks import WarmProcess
 TERM_GRACE_S = 3.0
 
 
-class HostAgents(LocalProcesses):
+class HostAgents(LocalProcesses, RunParts[NodesSpec]):
     """Runs ``spec.nodes`` torchrun agents as child processes, each in its own session.
 
     Logs go to ``<run_dir>/logs/agent-node<N>.log`` (appended to across a node's restarts).
@@ -50,11 +51,7 @@ class HostAgents(LocalProcesses):
     shares_run_dir = True
 
     def __init__(self, spec: NodesSpec, run_id: str, run_dir: Path, log: RunnerLog) -> None:
-        self.spec = spec
-        self.run_id = run_id
-        self.run_dir = run_dir
-        self.log = log
-        self.nodes = spec.nodes
+        super().__init__(spec, run_id, run_dir, log)
         self.procs: dict[int, subprocess.Popen[bytes] | WarmProcess] = {}
         self._reported: set[int] = set()  # nodes whose current agent's exit was reported
         self._frozen: set[int] = set()
@@ -65,7 +62,7 @@ class HostAgents(LocalProcesses):
         self._port: Reservation[int] | None = None  # held from start to teardown: no other run gets it
         self.manifest = Manifest(run_dir)  # what this run sets up, for chaos cleanup after a crash
         self._recorded: dict[int, dict[str, Any]] = {}  # node → its current agent, as the manifest has it
-        groups = getattr(spec, "replica_groups", None)  # a torchft job (local backend only)
+        groups = spec.torchft_groups()  # a torchft job (local backend only)
         self.groups: GroupRuntime | None = (GroupRuntime(spec, groups.lighthouse, run_id, run_dir, log, self.manifest)
                                             if groups is not None else None)
         self._group_ports: dict[int, Reservation[int]] = {}  # node → its own rendezvous port (torchft)

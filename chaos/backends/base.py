@@ -10,15 +10,20 @@ only through this contract, so every fault that a backend can support works the 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from chaos.backends.replica_groups import GroupRuntime
-from chaos.history import RunnerLog
+from chaos.disk.rules import Rule
+from chaos.history import Event, RunnerLog
 from chaos.net.node import NodeNet
-from chaos.scenario import SlurmBackendSpec
+from chaos.scenario import CheckpointFault, SlurmBackendSpec, Trigger
+from chaos.scenario.blackbox import BlackboxSpec
 
-__all__ = ["Backend", "LaunchSpec", "NodeHosts", "NodeNet", "SlurmControl"]
+__all__ = ["Backend", "BlackboxObserver", "CheckpointMount", "CheckpointWatch", "LaunchSpec", "MakeObserver",
+           "NodeHosts", "NodeNet", "RunDisk", "SlurmControl"]
 
 
 @dataclass
@@ -36,34 +41,132 @@ class LaunchSpec:
     python: str | None = None  # the interpreter of torchrun and the workers (target.python); None: chaos's own
 
 
+class CheckpointMount(Protocol):
+    """The run's ``env.disk``: the disk fault's FUSE filesystem over the checkpoint directory, made by
+    :meth:`NodeHosts.checkpoint_mount` (one :class:`chaos.disk.mount.DiskMount` on this machine, its mount and
+    process in the run's manifest until a clean unmount; one on every host on ``ssh``/``slurm``). Rules are
+    :class:`chaos.disk.rules.Rule`; each answer is a dict with ``confirmed`` (the filesystem has it in force)."""
+
+    @property
+    def mountpoint(self) -> str | os.PathLike[str]:
+        """Where the target writes its checkpoints (on ``ssh``, a pattern naming each host's)."""
+
+    @property
+    def backing(self) -> Path | None:
+        """The directory that holds the data past the filesystem, where the runner reads and damages
+        checkpoints without meeting a disk fault's rules; None where the runner never reads them (``ssh``)."""
+
+    @property
+    def log_path(self) -> str | os.PathLike[str]:
+        """The filesystem's log (what to read when it is not running)."""
+
+    @property
+    def rules_path(self) -> str | os.PathLike[str]:
+        """The rules file the filesystem follows."""
+
+    def where(self) -> dict[str, str]:
+        """What the ``disk_mount`` event says of it besides its mountpoint (``backing``, or ``on``: which hosts)."""
+
+    def mount(self) -> None:
+        """Mount (on ``ssh``: on every host, once their daemons are up, before the agents start). Raises
+        :class:`~chaos.errors.ChaosError` or OSError when it cannot; what was made stays for :meth:`unmount`."""
+
+    def is_mounted(self) -> bool:
+        """True while the filesystem runs."""
+
+    def add_rule(self, rule: Rule) -> dict[str, Any]:
+        """Put ``rule`` in force; ``confirmed`` when the filesystem (every host's) has it."""
+
+    def remove_rules(self, rule_id: str) -> dict[str, Any]:
+        """Remove every rule of ``rule_id`` (releasing what they stall): ``removed`` (how many), ``counts``
+        (what the filesystem counted for them), ``confirmed``. Raises OSError if the rules file cannot be
+        written (this machine)."""
+
+    def unmount(self) -> dict[str, Any]:
+        """Unmount and put the data back; what was done, ``errors`` listing what failed. Idempotent; never raises."""
+
+
+class CheckpointWatch(Protocol):
+    """The runner's own verification of the job's checkpoints (:class:`chaos.run.ckptwatch.CheckpointWatcher`;
+    on ``ssh``/``slurm`` one on each host), made by :meth:`NodeHosts.checkpoint_watcher`. Each method returns
+    the events it recorded in the runner's log (``checkpoint_verified``, ``latest_changed``)."""
+
+    backing: Path | None
+    """The disk mount's backing directory while there is one (the runner sets it): read past the filesystem."""
+
+    def observe(self, event: Event) -> Event | None:
+        """Verify a checkpoint a ``checkpoint_saved`` or ``checkpoint_load_begin`` event names."""
+
+    def poll(self) -> Event | None:
+        """Record a change of the ``latest`` pointer (every runner tick)."""
+
+    def finish(self) -> list[Event]:
+        """Verify again every reported checkpoint still there (once the job has ended)."""
+
+
+class RunDisk(Protocol):
+    """Where the black-box observer finds the run's checkpoint mount (the runner's FaultEnv)."""
+
+    @property
+    def disk(self) -> CheckpointMount | None:
+        """The mount while there is one."""
+
+
+class BlackboxObserver(Protocol):
+    """The runner's view of a black-box target (:class:`chaos.observe.observer.Observer`; on ``ssh``/``slurm``
+    one on each host, merged): events made from the job's log lines, processes and checkpoint files."""
+
+    def summary(self) -> dict[str, Any]:
+        """What ``run_start`` records as ``blackbox``."""
+
+    def poll(self) -> list[Event]:
+        """The events seen since the last call (every runner tick)."""
+
+    def after_faults(self, fired: list[Event]) -> None:
+        """Take note of the events the nemesis just fired."""
+
+    def finish(self, timeout_s: float = 120.0) -> list[Event]:
+        """The last events, once the job is gone (waiting up to ``timeout_s`` s for pending tests)."""
+
+
+class MakeObserver(Protocol):
+    """What :meth:`NodeHosts.blackbox_observer` returns: the black-box observer's class."""
+
+    def __call__(self, spec: BlackboxSpec, triggers: list[Trigger], backend: Backend, run_dir: Path, base_dir: Path,
+                 log: RunnerLog, disk: RunDisk | None = None, cwd: Path | None = None,
+                 watch_writers: bool = True) -> BlackboxObserver: ...
+
+
 class NodeHosts(Protocol):
-    """What chaos does on the machines that hold the nodes where they are not this one (``ssh``, ``slurm``: each
-    node's host daemon does it, :mod:`chaos.hostd`): the checkpoints there (the disk fault's mount, the newest
-    checkpoint and its damage, the checkpoint watcher) and the black-box observer. Where the nodes' files are
-    this machine's (``local``, ``netns``, ``docker``) :meth:`Backend.hosts` is None and the runner and faults do
-    it here."""
+    """What chaos does on the machines that hold the nodes: the checkpoints there (the disk fault's mount, the
+    newest checkpoint and its damage, the checkpoint watcher) and the black-box observer. Every run has one
+    (the runner's ``env.hosts``): on ``ssh`` and ``slurm`` :meth:`Backend.hosts` (each node's host daemon does
+    it, :mod:`chaos.hostd`); where the nodes' files are this machine's (``local``, ``netns``, ``docker``)
+    :class:`chaos.run.this_machine.ThisMachine`, which does it here."""
 
     def fuse_status(self) -> tuple[bool, str]:
-        """Whether disk faults can work on every host (node-local checkpoints and FUSE there): (ok, why not)."""
+        """Whether disk faults can work where the checkpoints are (FUSE there; on ``ssh``, node-local
+        checkpoints and FUSE on every host): (ok, why not)."""
 
-    def checkpoint_mount(self) -> Any:
-        """The run's ``env.disk``: the disk fault's filesystem on every host, not mounted yet (it stands for
-        :class:`chaos.disk.mount.DiskMount`)."""
+    def checkpoint_mount(self) -> CheckpointMount:
+        """The run's ``env.disk``: the disk fault's filesystem over the checkpoint directory, not mounted yet."""
 
-    def checkpoint_watcher(self, log: RunnerLog) -> Any:
-        """The checkpoint watcher the runner uses instead of its own (it stands for
-        :class:`chaos.run.ckptwatch.CheckpointWatcher`): one on each host."""
+    def checkpoint_watcher(self, log: RunnerLog) -> CheckpointWatch:
+        """The runner's checkpoint watcher, recording into ``log``."""
 
     def newest_checkpoints(self, globs: list[str]) -> list[tuple[int, dict[str, Any]]]:
-        """(node, the newest checkpoint there) of every host that holds one."""
+        """(node, the newest checkpoint there: ``path``, ``name``, ``key`` (step or -1, modification time in ns))
+        of every machine that holds one; ``globs`` (absolute patterns) name a black-box target's checkpoints,
+        else they are found by step (``step-<N>/``, ``ckpt-<N>.pt``). Empty when there is none."""
 
-    def damage_checkpoint(self, spec: Any, globs: list[str]) -> dict[str, Any]:
-        """Do a ``checkpoint`` fault's damage to the newest checkpoint of all hosts; what was done. Raises
-        :class:`~chaos.errors.ChaosError` when there is none."""
+    def damage_checkpoint(self, spec: CheckpointFault, globs: list[str]) -> dict[str, Any]:
+        """Do a ``checkpoint`` fault's damage to the newest checkpoint (on ``ssh``: of all hosts; ``globs`` as
+        in :meth:`newest_checkpoints`); what was done (see :meth:`chaos.faults.checkpoint.CheckpointDamage.inject`).
+        Raises :class:`~chaos.errors.ChaosError` when there is none or it cannot be damaged."""
 
-    def blackbox_observer(self) -> Any:
-        """The class the runner makes instead of :class:`chaos.observe.observer.Observer`: one observer on
-        each host."""
+    def blackbox_observer(self) -> MakeObserver:
+        """The black-box observer's class the runner makes (:class:`chaos.observe.observer.Observer` here;
+        one observer on each host on ``ssh``)."""
 
 
 class SlurmControl(Protocol):
@@ -193,7 +296,8 @@ class Backend(Protocol):
         """The backend as Slurm's own faults drive it; None on every backend but ``slurm``."""
 
     def hosts(self) -> NodeHosts | None:
-        """What chaos does on the nodes' own machines (``ssh``, ``slurm``); None where they are this one."""
+        """What chaos does on the nodes' own machines (``ssh``, ``slurm``); None where they are this one (the
+        runner then does it here: :class:`chaos.run.this_machine.ThisMachine`)."""
 
     groups: GroupRuntime | None
     """A torchft run's replica groups (the Lighthouse, each group's cgroup): ``local`` with

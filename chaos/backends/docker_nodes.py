@@ -21,6 +21,7 @@ from chaos.backends.base import LaunchSpec
 from chaos.backends.docker_engine import FIRST_HOST, create_network, docker_client, remove_networks, run_labels
 from chaos.backends.image import NodeImage
 from chaos.backends.names import container_name, network_name
+from chaos.backends.parts import RunParts
 from chaos.backends.torchrun import AgentLogs, agent_env, torchrun_args
 from chaos.history import RunnerLog
 from chaos.manifest import Manifest
@@ -43,18 +44,14 @@ for sig in TERM INT HUP; do trap "kill -$sig $agent 2>/dev/null" $sig; done
 while :; do wait $agent; code=$?; kill -0 $agent 2>/dev/null || exit $code; done"""
 
 
-class DockerNodes:
+class DockerNodes(RunParts[DockerBackendSpec]):
     """A run's network and containers on the Docker engine (``spec.nodes`` of them), and the host pid
     of each node's current agent. Logs go to ``<run_dir>/logs/agent-node<N>.log`` (appended to across
     a node's restarts)."""
 
     def __init__(self, spec: DockerBackendSpec, run_id: str, run_dir: Path, log: RunnerLog,
                  host_pids: bool = True) -> None:
-        self.spec = spec
-        self.run_id = run_id
-        self.run_dir = Path(run_dir)
-        self.log = log
-        self.nodes = spec.nodes
+        super().__init__(spec, run_id, run_dir, log)
         self.host_pids = host_pids
         self.logs = AgentLogs(self.run_dir / "logs")
         self.launch: LaunchSpec | None = None

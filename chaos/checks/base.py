@@ -88,6 +88,12 @@ class CheckContext:
     rdzv_node: int = 0
     reference_note: str = ""  # why there is (no) reference: the runner's note ("reference disabled", ...)
 
+    def the_reference(self) -> Reference:
+        """The reference run, for a check declared with ``needs_reference`` (:func:`run_check` answers
+        ``unknown`` for a run without one, so the check never sees that). Raises AssertionError if it is None."""
+        assert self.reference is not None  # needs_reference: run_check answers for a run without one
+        return self.reference
+
 
 REFERENCE_DISABLED = "reference disabled"  # the runner's note when --no-reference (chaos_reference=False) was given
 

@@ -92,8 +92,7 @@ def final_checkpoint(history: History) -> str | None:
 def _within_tolerance(history: History, ctx: CheckContext, worlds: list[int]) -> Verdict:
     """The tolerance oracle (see the module), for a run whose world size changed."""
     name = "equivalent_to_reference"
-    ref = ctx.reference
-    assert ref is not None
+    ref = ctx.the_reference()
     given = ctx.params.get("rtol")
     rtol = float(given) if given is not None else DEFAULT_RTOL
     why = (f"the world size changed ({' → '.join(map(str, worlds))}; the reference ran at {ref.world_size} "
@@ -141,8 +140,7 @@ def _within_tolerance(history: History, ctx: CheckContext, worlds: list[int]) ->
        needs_final_comparison=True, judges_the_end=True)
 def equivalent_to_reference(history: History, ctx: CheckContext) -> Verdict:
     name = "equivalent_to_reference"
-    ref = ctx.reference
-    assert ref is not None  # needs_reference: run_check answers for a run without one
+    ref = ctx.the_reference()
     worlds = worlds_joined(history)
     if worlds and set(worlds) != {ref.world_size}:
         return _within_tolerance(history, ctx, worlds)

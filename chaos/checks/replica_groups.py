@@ -12,6 +12,8 @@ read from the history is. Times in verdicts are seconds after the run's start (`
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from chaos.checks.base import CheckContext, Status, Unknown, Verdict, attempt, check, require, short
 from chaos.checks.replica_facts import (
     Return,
@@ -224,6 +226,28 @@ def quorums(history: History) -> list[tuple[object, int | None, float]]:
     return list(seen.values())
 
 
+@dataclass
+class _Timings:
+    """What :func:`quorum_changes` finds: the parts of its text, its problems, the steps it cites and the
+    longest wait (seconds), each wait measured against ``limit_s`` (its ``max_s``; None: no bound)."""
+
+    limit_s: float | None
+    parts: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    longest: float = 0.0
+
+    def took(self, step: Event, since: float, what: str, then: str, doing: str) -> None:
+        """``step`` came ``step["t"] - since`` seconds after ``since``: said as ``<what> <s> s <then>``, and
+        as a problem (``<doing> took <s> s, more than max_s=...``) when that is over the limit."""
+        took = step["t"] - since
+        self.longest = max(self.longest, took)
+        self.parts.append(f"{what} {took:.1f} s {then}")
+        self.events.append(step)
+        if self.limit_s is not None and took > self.limit_s:
+            self.problems.append(f"{doing} took {took:.1f} s, more than max_s={self.limit_s:g}")
+
+
 def _first_step(history: History, ranks: list[int], after: float, full: bool, count: int) -> Event | None:
     """The first step of ``ranks`` after ``after`` whose quorum had all ``count`` groups (``full``) or fewer."""
     for e in history.job_events("step"):
@@ -248,22 +272,17 @@ def quorum_changes(history: History, ctx: CheckContext) -> Verdict:
     if not hit_list:
         raise Unknown(f"no fault hit a replica group, so no quorum change to time; quorums: {shown}")
     back = returns(history, hit_list)
-    parts, problems, unsure, events = [], [], [], []
-    longest = 0.0
+    found = _Timings(None if limit is None else float(limit))
+    unsure: list[str] = []
     for hit in hit_list:
         survivors = [r for g, ranks in by_group.items() if g not in hit.groups for r in ranks]
         drop = _first_step(history, survivors, hit.t, False, count)
         if drop is None:
-            parts.append(f"after {hit.name} no survivor stepped in a quorum without {label(hit.groups)}")
+            found.parts.append(f"after {hit.name} no survivor stepped in a quorum without {label(hit.groups)}")
         else:
-            took = drop["t"] - hit.t
-            longest = max(longest, took)
-            parts.append(f"{hit.name}: survivors stepped in quorum {drop.get('quorum_id')} "
-                         f"({groups_word(drop.get('participants'))}) {took:.1f} s later (step {drop.get('step')})")
-            events.append(drop)
-            if limit is not None and took > float(limit):
-                problems.append(f"dropping {label(hit.groups)} after {hit.name} took {took:.1f} s, "
-                                f"more than max_s={float(limit):g}")
+            found.took(drop, hit.t, f"{hit.name}: survivors stepped in quorum {drop.get('quorum_id')} "
+                       f"({groups_word(drop.get('participants'))})", f"later (step {drop.get('step')})",
+                       f"dropping {label(hit.groups)} after {hit.name}")
         for r in (r for r in back if r.hit is hit):
             every = [rank for ranks in by_group.values() for rank in ranks]
             full = _first_step(history, every, r.t, True, count)
@@ -274,17 +293,13 @@ def quorum_changes(history: History, ctx: CheckContext) -> Verdict:
                 last = history.job_events("step")[-1]
                 tail = (f" (the last step, {last.get('step')} of replica group {last.get('replica_group_id')}, was in "
                         f"quorum {last.get('quorum_id')} of {groups_word(last.get('participants'))})")
-                problems.append(f"replica group {r.group} came back at {rel(history, r.t)} ({r.how}) but never "
-                                f"rejoined: no step after it had all {count} groups in its quorum{tail}")
+                found.problems.append(f"replica group {r.group} came back at {rel(history, r.t)} ({r.how}) but "
+                                      f"never rejoined: no step after it had all {count} groups in its quorum{tail}")
                 continue
-            took = full["t"] - r.t
-            longest = max(longest, took)
-            parts.append(f"all {count} groups in quorum {full.get('quorum_id')} {took:.1f} s after replica group "
-                         f"{r.group} came back (step {full.get('step')})")
-            events.append(full)
-            if limit is not None and took > float(limit):
-                problems.append(f"rejoining replica group {r.group} took {took:.1f} s, more than max_s={float(limit):g}")
-    head = "; ".join(problems + unsure) + " — " if problems or unsure else ""
-    text = head + f"quorums: {shown}" + ("; " + "; ".join(parts) if parts else "")
-    status: Status = "failed" if problems else "unknown" if unsure else "ok"
-    return Verdict(name, status, text, value=round(longest, 2), unit="s", events=events[:6])
+            found.took(full, r.t, f"all {count} groups in quorum {full.get('quorum_id')}",
+                       f"after replica group {r.group} came back (step {full.get('step')})",
+                       f"rejoining replica group {r.group}")
+    head = "; ".join(found.problems + unsure) + " — " if found.problems or unsure else ""
+    text = head + f"quorums: {shown}" + ("; " + "; ".join(found.parts) if found.parts else "")
+    status: Status = "failed" if found.problems else "unknown" if unsure else "ok"
+    return Verdict(name, status, text, value=round(found.longest, 2), unit="s", events=found.events[:6])

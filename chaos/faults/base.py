@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from chaos.backends.base import Backend
+from chaos.backends.base import Backend, CheckpointMount, NodeHosts
 from chaos.manifest import Manifest
 from chaos.worker_table import WorkerTable
 
@@ -27,19 +27,19 @@ from chaos.worker_table import WorkerTable
 @dataclass
 class FaultEnv:
     """Where faults act: the backend (see :class:`chaos.backends.base.Backend` for what a fault may
-    ask of it: pids, a node's network namespace, crash/restart/freeze), the live workers the runner
-    has seen, and the run's id (faults name what they create after it, so ``chaos cleanup`` finds
-    it)."""
+    ask of it: pids, a node's network namespace, crash/restart/freeze), the machines that hold the
+    nodes' files (``hosts``: the checkpoints, the disk mount), the live workers the runner has seen,
+    and the run's id (faults name what they create after it, so ``chaos cleanup`` finds it)."""
 
     backend: Backend
     workers: WorkerTable
     run_id: str = ""
-    disk: Any = None  # the run's chaos.disk.mount.DiskMount over the checkpoint directory, if mounted
+    disk: CheckpointMount | None = None  # the run's disk filesystem over the checkpoint directory, while mounted
     checkpoint_dir: str = ""  # where the target's checkpoints are (the directory the target writes)
     checkpoint_globs: list[str] = field(default_factory=list)  # a black-box target's checkpoint files (absolute)
     manifest: Manifest = field(default_factory=lambda: Manifest(None))  # the run's record of what faults set up
     run_dir: str = ""  # the run directory (where a fault's prepare hook puts what it sets up); "" in preflight
-    disk_process: dict[str, Any] | None = None  # the disk filesystem process, as the manifest has it
+    hosts: NodeHosts = field(kw_only=True)  # the backend's (ssh, slurm), else chaos.run.this_machine.ThisMachine
 
 
 # records one runner event: ``record(kind, **fields)`` → the event (see chaos.history.RunnerLog.record)

@@ -34,12 +34,8 @@ STEP_RE = re.compile(r"^(?:step-|ckpt-)(\d+)(?:\.pt)?$")
 METADATA = ".metadata"
 
 
-def checkpoint_root(env: FaultEnv) -> Path:
-    """Where the checkpoints are on disk (the FUSE mount's backing directory if there is one)."""
-    return _root(str(env.checkpoint_dir), getattr(env.disk, "backing", None))
-
-
-def _root(checkpoint_dir: str, backing: str | os.PathLike[str] | None) -> Path:
+def checkpoint_root(checkpoint_dir: str, backing: str | os.PathLike[str] | None) -> Path:
+    """Where the checkpoints are on disk: ``backing`` (the FUSE mount's backing directory) if there is one."""
     return Path(backing) if backing else Path(checkpoint_dir)
 
 
@@ -61,12 +57,6 @@ def _mtime_ns(path: str) -> int:
     return max(times, default=os.stat(path).st_mtime_ns)
 
 
-def newest_matching(env: FaultEnv) -> Path | None:
-    """A black-box target's most recently modified checkpoint file or directory (read in the FUSE
-    mount's backing directory while there is one)."""
-    return _newest_matching(str(env.checkpoint_dir), getattr(env.disk, "backing", None), env.checkpoint_globs)
-
-
 def _newest_matching(root: str, backing: str | os.PathLike[str] | None, globs: list[str]) -> Path | None:
     found = []
     for pattern in globs:
@@ -85,7 +75,7 @@ def newest_here(checkpoint_dir: str, backing: str | os.PathLike[str] | None, glo
     (in ``backing`` while the FUSE mount is there). Never raises for a missing directory."""
     if globs:
         return _newest_matching(checkpoint_dir, backing, globs)
-    return newest_checkpoint(_root(checkpoint_dir, backing))
+    return newest_checkpoint(checkpoint_root(checkpoint_dir, backing))
 
 
 def newest_key(ckpt: Path) -> tuple[int, int]:
@@ -97,10 +87,6 @@ def newest_key(ckpt: Path) -> tuple[int, int]:
     except OSError:
         mtime = 0
     return (int(m.group(1)) if m else -1, mtime)
-
-
-def _newest(env: FaultEnv) -> Path | None:
-    return newest_here(str(env.checkpoint_dir), getattr(env.disk, "backing", None), env.checkpoint_globs)
 
 
 def _largest_file(ckpt: Path) -> Path:
@@ -119,21 +105,13 @@ class CheckpointDamage(SpecFault):
     spec: CheckpointFault
 
     def ready(self, env: FaultEnv) -> bool:
-        hosts = env.backend.hosts()  # ssh: asked on every host
-        return bool(hosts.newest_checkpoints(env.checkpoint_globs)) if hosts is not None else _newest(env) is not None
+        return bool(env.hosts.newest_checkpoints(env.checkpoint_globs))  # ssh: asked on every host
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:
         """Damage the newest checkpoint (on ssh: on the host, or hosts, holding the newest). Returns the
         mode, the checkpoint's name and step and what was done to which file. Raises
         :class:`~chaos.errors.ChaosError` when there is no checkpoint or the damage cannot be done."""
-        hosts = env.backend.hosts()
-        if hosts is not None:
-            return hosts.damage_checkpoint(self.spec, env.checkpoint_globs)
-        ckpt = _newest(env)
-        if ckpt is None:
-            where = env.checkpoint_globs or checkpoint_root(env)
-            raise ChaosError(f"checkpoint: no checkpoint in {where} to damage")
-        return damage(self.spec, ckpt)
+        return env.hosts.damage_checkpoint(self.spec, env.checkpoint_globs)
 
 
 def damage(spec: CheckpointFault, ckpt: Path) -> dict[str, Any]:

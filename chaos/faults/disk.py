@@ -1,7 +1,7 @@
 """The ``disk`` fault: stall, slow down or fail chosen file operations on the checkpoint directory.
 
 The fault's ``prepare`` hook mounts the FUSE filesystem of :mod:`chaos.disk.fs` over the run's checkpoint
-directory before the nodes start (``env.disk``, a :class:`chaos.disk.mount.DiskMount`; same host path for the local and
+directory before the nodes start (``env.disk``, a :class:`chaos.backends.base.CheckpointMount`; same host path for the local and
 netns backends, and bind-mounted into docker containers with the run directory). This fault only
 adds its rule to that mount (``inject``) and removes it (``heal``); the filesystem does the rest:
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from chaos.backends.base import CheckpointMount
 from chaos.disk.rules import Rule
 from chaos.errors import CapabilityError, ChaosError
 from chaos.faults.base import FaultEnv, Record, SpecFault
@@ -24,9 +25,9 @@ from chaos.faults.diskmount import fuse_ok, mount_checkpoints, unmount_checkpoin
 from chaos.scenario import DiskFault
 
 
-def _mount(env: FaultEnv) -> Any:
-    """The run's DiskMount, or None."""
-    return getattr(env, "disk", None)
+def _mount(env: FaultEnv) -> CheckpointMount | None:
+    """The run's checkpoint mount, or None."""
+    return env.disk
 
 
 class Disk(SpecFault):
@@ -42,7 +43,6 @@ class Disk(SpecFault):
     def __init__(self, spec: DiskFault, fault_id: str) -> None:
         super().__init__(spec, fault_id)
         self.spec: DiskFault = spec
-        self.duration_s: float | None = spec.duration_s
         self._added = False
 
     def prepare(self, env: FaultEnv, record: Record) -> None:
@@ -94,7 +94,7 @@ class Disk(SpecFault):
         # the rule's fields, with its rank as ``ranks`` (an event's own ``rank`` is the rank that wrote it)
         what = {k: v for k, v in rule.to_dict().items() if k not in ("id", "rank")}
         return {**what, "ranks": sorted(self.ranks(env) or []), "mountpoint": str(mount.mountpoint),
-                "confirmed": done["confirmed"], "duration_s": self.duration_s}
+                "confirmed": done["confirmed"], "duration_s": self.spec.duration_s}
 
     def heal(self, env: FaultEnv) -> dict[str, Any] | None:
         """Remove this fault's rules (releasing whatever they stall). Returns what the filesystem

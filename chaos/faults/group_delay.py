@@ -17,47 +17,42 @@ import shutil
 from typing import Any
 
 from chaos.backends.replica_groups import require_cgroup
-from chaos.cgroup2 import cgroup_status
 from chaos.errors import CapabilityError
-from chaos.faults.base import FaultEnv
+from chaos.faults.base import FaultEnv, SpecFault
 from chaos.faults.delayer_run import RunDelayer, stop_strays
-from chaos.faults.lighthouse import HOST_NS
+from chaos.faults.lighthouse import HOST_NS, group_preflight
 from chaos.net.iptables import chain_name, iptables_status, remove_chain
 from chaos.net.netns import Netns
 from chaos.scenario import DelayFault
 
 
-def has_replica_groups(env: FaultEnv) -> bool:
-    """True when the run's backend runs torchft replica groups (``backend.replica_groups``)."""
-    return env.backend.groups is not None
+class GroupDelay(SpecFault):
+    """The ``delay`` of replica group ``spec.node`` (see the module doc): what a ``delay`` fault is in a run
+    of torchft replica groups (the kinds row's ``group_impl``, :func:`chaos.faults.fault_class`); elsewhere
+    it is a :class:`chaos.faults.network.Delay`."""
 
-
-class GroupDelay:
-    """The ``delay`` of replica group ``spec.node`` (see the module doc); :class:`chaos.faults.network.Delay`
-    hands its preflight, readiness, inject and heal to it when the run has replica groups."""
+    instant = False
 
     def __init__(self, spec: DelayFault, fault_id: str) -> None:
-        self.spec = spec
-        self.id = fault_id
+        super().__init__(spec, fault_id)
+        self.spec: DelayFault = spec
         self._delayer = RunDelayer()
         self._chain_recorded = False
 
+    def ranks(self, env: FaultEnv) -> set[int] | None:
+        return set(env.workers.ranks_of_node(self.spec.node)) or None
+
     def preflight(self, env: FaultEnv) -> None:
-        """Raise :class:`~chaos.errors.CapabilityError` if the group does not exist, ``mechanism: netem``
-        was asked for, or cgroup v2, iptables or the NetfilterQueue package is missing."""
-        nodes = env.backend.nodes
-        if self.spec.node >= nodes:
-            raise CapabilityError("node", f"delay: replica group {self.spec.node} does not exist (the backend has "
-                                  f"{nodes}: 0..{nodes - 1})")
+        """Raise :class:`~chaos.errors.CapabilityError` if ``mechanism: netem`` was asked for, the group
+        does not exist, or cgroup v2, iptables (:func:`~chaos.faults.lighthouse.group_preflight`; its
+        NFQUEUE rules) or the NetfilterQueue package is missing."""
         if self.spec.mechanism == "netem":
             raise CapabilityError("sch_netem", "delay: mechanism: netem cannot delay one replica group (the groups "
                                   "share loopback, and a qdisc on lo delays them all); use mechanism: auto (the "
                                   "NFQUEUE delayer on the group's cgroup)")
-        ok, why = cgroup_status()
-        if not ok:
-            raise CapabilityError("cgroup v2", f"delay of a replica group: {why}")
+        group_preflight(env, self.spec.node, "delay", "delay of a replica group")
         ok, why = iptables_status()
-        if not ok or shutil.which("iptables") is None:
+        if not ok:
             raise CapabilityError("iptables", f"delay of a replica group: {why}; apt-get install iptables")
         import importlib.util
 
@@ -101,4 +96,4 @@ class GroupDelay:
         return {"mechanism": "nfqueue -m cgroup", "node": self.spec.node, **done} if done else None
 
 
-__all__ = ["GroupDelay", "has_replica_groups"]
+__all__ = ["GroupDelay"]

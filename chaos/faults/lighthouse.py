@@ -33,6 +33,25 @@ def lighthouse_rules(port: int, cgroup: str) -> list[list[str]]:
     return [["-o", "lo", "-p", "tcp", "--dport", str(port), "-m", "cgroup", "--path", cgroup, "-j", "DROP"]]
 
 
+def group_preflight(env: FaultEnv, node: int, fault: str, doing: str) -> None:
+    """What a fault on one torchft replica group (``lighthouse-partition``, a ``delay`` of a group) needs:
+    raise :class:`~chaos.errors.CapabilityError` if the run has no replica groups, replica group ``node``
+    does not exist, cgroup v2 cannot be written, or iptables is not installed. ``fault`` names the fault
+    in the messages about the run, ``doing`` in those about this machine."""
+    if env.backend.groups is None:
+        raise CapabilityError("replica groups", f"{fault}: the backend runs no torchft replica groups; "
+                              "set backend.replica_groups (backend kind local)")
+    nodes = env.backend.nodes
+    if node >= nodes:
+        raise CapabilityError("node", f"{fault}: replica group {node} does not exist "
+                              f"(the backend has {nodes}: 0..{nodes - 1})")
+    ok, why = cgroup_status()
+    if not ok:
+        raise CapabilityError("cgroup v2", f"{doing}: {why}")
+    if shutil.which("iptables") is None:
+        raise CapabilityError("iptables", f"{doing}: `iptables` is not installed (apt-get install iptables)")
+
+
 class LighthousePartition(SpecFault):
     """Drop replica group ``node``'s traffic to the Lighthouse until healed (see the module doc)."""
 
@@ -41,7 +60,6 @@ class LighthousePartition(SpecFault):
     def __init__(self, spec: LighthousePartitionFault, fault_id: str) -> None:
         super().__init__(spec, fault_id)
         self.spec: LighthousePartitionFault = spec
-        self.duration_s: float | None = spec.duration_s
         self._installed = False
 
     def ranks(self, env: FaultEnv) -> set[int] | None:
@@ -50,20 +68,8 @@ class LighthousePartition(SpecFault):
 
     def preflight(self, env: FaultEnv) -> None:
         """Raise :class:`~chaos.errors.CapabilityError` if the run has no replica groups, the group
-        does not exist, cgroup v2 cannot be written, or iptables is missing."""
-        if env.backend.groups is None:
-            raise CapabilityError("replica groups", "lighthouse-partition: the backend runs no torchft replica groups; "
-                                  "set backend.replica_groups (backend kind local)")
-        nodes = env.backend.nodes
-        if self.spec.node >= nodes:
-            raise CapabilityError("node", f"lighthouse-partition: replica group {self.spec.node} does not exist "
-                                  f"(the backend has {nodes}: 0..{nodes - 1})")
-        ok, why = cgroup_status()
-        if not ok:
-            raise CapabilityError("cgroup v2", f"lighthouse-partition: {why}")
-        if shutil.which("iptables") is None:
-            raise CapabilityError("iptables", "lighthouse-partition: `iptables` is not installed "
-                                  "(apt-get install iptables)")
+        does not exist, cgroup v2 cannot be written, or iptables is missing (:func:`group_preflight`)."""
+        group_preflight(env, self.spec.node, "lighthouse-partition", "lighthouse-partition")
 
     def ready(self, env: FaultEnv) -> bool:
         groups = env.backend.groups
@@ -99,4 +105,4 @@ class LighthousePartition(SpecFault):
         return {"mechanism": "iptables -m cgroup", "chain": chain, "node": self.spec.node} if removed else None
 
 
-__all__ = ["LighthousePartition", "lighthouse_rules"]
+__all__ = ["LighthousePartition", "group_preflight", "lighthouse_rules"]

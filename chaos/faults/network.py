@@ -24,7 +24,6 @@ from typing import Any
 from chaos.errors import CapabilityError, ChaosError
 from chaos.faults.base import FaultEnv, SpecFault
 from chaos.faults.delayer_run import RunDelayer, stop_strays
-from chaos.faults.group_delay import GroupDelay, has_replica_groups
 from chaos.net import tc
 from chaos.net.iptables import (
     chain_name,
@@ -86,7 +85,6 @@ class _NetworkFault(SpecFault):
 
     def __init__(self, spec: Any, fault_id: str) -> None:
         super().__init__(spec, fault_id)
-        self.duration_s: float | None = spec.duration_s
         self._nets: dict[int, NodeNet] = {}  # node → where inject acted
 
     def describe(self) -> str:
@@ -200,25 +198,15 @@ class _QdiscFault(_NetworkFault):
 class Delay(_QdiscFault):
     """Delay every packet ``spec.node`` sends by ``delay_ms`` ± ``jitter_ms`` ms: netem, or the
     NFQUEUE delayer (a process in the node's namespace that this runner owns) without netem. In a run
-    of torchft replica groups (local backend), :class:`~chaos.faults.group_delay.GroupDelay` does it."""
+    of torchft replica groups (local backend) a ``delay`` is a :class:`~chaos.faults.group_delay.GroupDelay`
+    instead (:func:`chaos.faults.fault_class`)."""
 
     def __init__(self, spec: DelayFault, fault_id: str) -> None:
         super().__init__(spec, fault_id)
         self.spec: DelayFault = spec
         self._delayer = RunDelayer()
-        self._group = GroupDelay(spec, fault_id)
-
-    def preflight(self, env: FaultEnv) -> None:
-        if has_replica_groups(env):
-            return self._group.preflight(env)
-        return super().preflight(env)
-
-    def ready(self, env: FaultEnv) -> bool:
-        return self._group.ready(env) if has_replica_groups(env) else super().ready(env)
 
     def inject(self, env: FaultEnv) -> dict[str, Any]:
-        if has_replica_groups(env):
-            return self._group.inject(env)
         s = self.spec
         net = self._net(env, s.node)
         mech = self.mechanism
@@ -234,8 +222,6 @@ class Delay(_QdiscFault):
     def heal(self, env: FaultEnv) -> dict[str, Any] | None:
         """Remove the netem qdisc, or the NFQUEUE chain and then the delayer (this object's, or one
         a crashed runner left, found by its chain name). Idempotent."""
-        if has_replica_groups(env):
-            return self._group.heal(env)
         if self.mechanism == "netem":
             return self._heal_qdisc(env, "netem")
         done = self._delayer.stop(env)

@@ -123,7 +123,6 @@ class SlurmRequeue(SpecFault):
 
     def __init__(self, spec: SlurmRequeueFault, fault_id: str) -> None:
         super().__init__(spec, fault_id)
-        self.spec = spec
         self._requeued = False
 
     def duration(self) -> float | None:
@@ -165,15 +164,10 @@ class SlurmdKill(SpecFault):
 
     spec: SlurmdKillFault
     instant = False
-    heal_at_end = True
 
     def __init__(self, spec: SlurmdKillFault, fault_id: str) -> None:
         super().__init__(spec, fault_id)
-        self.spec = spec
         self._killed = False
-
-    def duration(self) -> float | None:
-        return self.spec.duration_s
 
     def preflight(self, env: FaultEnv) -> None:
         timeout = _slurm(env, "slurmd-kill").slurmd_timeout_s()

@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
+from chaos.hostops import AgentOps
+
 
 class Daemon(Protocol):
     """What this part uses of :class:`chaos.hostd.daemon.Daemon`."""
@@ -34,17 +36,15 @@ class Daemon(Protocol):
 TERM_GRACE_S = 3.0
 
 
-class Agent:
-    """The agent part of ``daemon`` (see the module doc); its ``op_<name>`` methods answer the runner."""
-
-    SLOW_OPS = ("spawn_ready", "stop_helper", "teardown", "crash")  # answered on a pool thread
+class Agent(AgentOps):
+    """The agent part of ``daemon`` (see the module doc): its methods answer :class:`chaos.hostops.AgentOps`."""
 
     def __init__(self, daemon: Daemon) -> None:
         self.d = daemon
         self.frozen: dict[int, float | None] = {}
         self.helpers: dict[int, subprocess.Popen[str]] = {}  # pid → a helper process (the delayer)
 
-    def op_spawn(self, argv: list[str], env: dict[str, str], cwd: str, log: str) -> dict[str, Any]:
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, log: str) -> dict[str, Any]:
         """Start the node's agent in its own session, output appended to ``log`` (under the run directory)."""
         from chaos.manifest import Manifest
 
@@ -60,20 +60,20 @@ class Agent:
         Manifest(self.d.run_dir).add_process("agent", self.d.agent.pid, node=self.d.node)
         return {"pid": self.d.agent.pid}
 
-    def op_signal_agent(self, signum: int) -> bool:
+    def signal_agent(self, signum: int) -> bool:
         pid = self.d.agent_pid()
         if pid is None:
             return False
         os.kill(pid, signum)
         return True
 
-    def op_processes(self) -> dict[str, float | None]:
+    def processes(self) -> dict[str, float | None]:
         """pid → start time of every live process of the node (the agent and what carries the run's id)."""
         from chaos.backends.procs import run_processes, starts_of
 
         return {str(p): s for p, s in starts_of(run_processes(self.d.run_id, self.d.node, under=self.d.agent_pid())).items()}
 
-    def op_resolve(self, pid: int) -> float | None:
+    def resolve(self, pid: int) -> float | None:
         """The start time of ``pid`` if it is one of the run's processes here (a descendant of the
         agent carrying the run's id; on an elastic job any node number), else None."""
         from chaos.backends.procs import resolve_claim
@@ -87,18 +87,18 @@ class Agent:
             self.d.watched[pid] = start
         return start
 
-    def op_alive(self, pids: dict[str, float | None]) -> list[int]:
+    def alive(self, pids: dict[str, float | None]) -> list[int]:
         """Those of ``pids`` (pid → start time) that are still the same processes."""
         from chaos.manifest import same_process
 
         return [int(p) for p, start in pids.items() if start is not None and same_process(int(p), start)]
 
-    def op_signal(self, pid: int, start: float | None, signum: int) -> bool:
+    def signal(self, pid: int, start: float | None, signum: int) -> bool:
         from chaos.backends.procs import signal_process
 
         return start is not None and signal_process(pid, start, signum)
 
-    def op_crash(self, signum: int) -> dict[str, Any]:
+    def crash(self, signum: int) -> dict[str, Any]:
         """SIGKILL: every process of the node at once (the host died). SIGTERM: the agent only."""
         from chaos.backends.procs import kill_run_processes, run_processes, signal_pids, starts_of
 
@@ -118,24 +118,24 @@ class Agent:
             kill_run_processes(self.d.run_id, self.d.node)
         return {"pids": pids, "agent_exited": agent.poll() is not None}
 
-    def op_freeze(self) -> list[int]:
+    def freeze(self) -> list[int]:
         from chaos.backends.procs import run_processes, signal_pids, starts_of
 
         self.frozen = starts_of(run_processes(self.d.run_id, self.d.node, under=self.d.agent_pid()))
         return signal_pids(self.frozen, signal.SIGSTOP)
 
-    def op_thaw(self) -> list[int]:
+    def thaw(self) -> list[int]:
         from chaos.backends.procs import run_processes, signal_pids, starts_of
 
         procs = {**self.frozen, **starts_of(run_processes(self.d.run_id, self.d.node, under=self.d.agent_pid()))}
         self.frozen = {}
         return signal_pids(procs, signal.SIGCONT)
 
-    def op_teardown(self) -> dict[str, Any]:
+    def teardown(self) -> dict[str, Any]:
         """Thaw, SIGTERM the agent's group, SIGKILL it after 3 s, kill what carries the run's id."""
         from chaos.backends.procs import kill_run_processes
 
-        self.op_thaw()
+        self.thaw()
         agent = self.d.agent
         if agent is not None and agent.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -152,7 +152,7 @@ class Agent:
         return {"killed": killed}
 
     # -- helpers (the NFQUEUE delayer) ----------------------------------------------------------------------
-    def op_spawn_ready(self, argv: list[str], ready: str, timeout: float = 10) -> dict[str, Any]:
+    def spawn_ready(self, argv: list[str], ready: str, timeout: float = 10) -> dict[str, Any]:
         """Start a helper with stdout piped and wait for its ``ready`` line; its pid, or why not."""
         from chaos.net.delayer import wait_for_line
 
@@ -165,10 +165,10 @@ class Agent:
         proc.kill()  # not ready: end it, then read why (its stderr is complete once it is gone)
         proc.wait()
         err = proc.stderr.read().strip()
-        self.op_stop_helper(proc.pid)
+        self.stop_helper(proc.pid)
         return {"pid": proc.pid, "ready": False, "exit": proc.returncode, "stderr": err[-2000:]}
 
-    def op_stop_helper(self, pid: int, timeout: float = 5) -> bool:
+    def stop_helper(self, pid: int, timeout: float = 5) -> bool:
         proc = self.helpers.pop(pid, None)
         if proc is None:
             return False
@@ -185,14 +185,14 @@ class Agent:
                 stream.close()
         return running
 
-    def op_helper_alive(self, pid: int) -> bool:
+    def helper_alive(self, pid: int) -> bool:
         proc = self.helpers.get(pid)
         return proc is not None and proc.poll() is None
 
     def undo(self) -> dict[str, Any]:
         """Stop the helpers, then tear the job down (the runner is gone)."""
-        done: dict[str, Any] = {"helpers": [p for p in list(self.helpers) if self.op_stop_helper(p)]}
-        done.update(self.op_teardown())
+        done: dict[str, Any] = {"helpers": [p for p in list(self.helpers) if self.stop_helper(p)]}
+        done.update(self.teardown())
         return done
 
 

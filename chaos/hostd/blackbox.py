@@ -5,21 +5,7 @@ hosts, so each host's daemon runs a :class:`chaos.observe.observer.Observer` of 
 workers, ``<run dir>/logs/torchelastic``, the checkpoint patterns as this host names them, ``/proc`` for
 writers), and the runner (:class:`chaos.backends.ssh.observer.HostsObserver`) merges what the hosts see.
 
-Ops (paths in requests are this host's; times in replies are this host's clock, pids its own):
-
-- ``bb_start(spec, triggers, nodes, base_dir, cwd, watch_files=True, watch_writers=True)`` — build the
-  observer (slow: it may import torch). ``spec``: a ``target.blackbox`` section as a dict, its
-  ``checkpoints`` absolute patterns already in this host's form; ``triggers``: the schedule's triggers
-  as dicts (``on_checkpoint`` likewise); ``watch_files`` False: this host watches no checkpoint file
-  (another host watches the one directory they share) but still scans its workers' open files.
-- ``bb_poll()`` → the events seen since the last call (``log_line`` ones included, as the observer
-  returns them), each a dict with ``t`` / ``kind`` / ``source``.
-- ``bb_after_faults(fired)`` — ``fired``: the ``fault_inject`` events that killed a process.
-- ``bb_finish(wait_s)`` → the last events (the job is gone), tests waited for up to ``wait_s`` s (not
-  ``timeout_s``: :meth:`HostLink.call` takes that one for itself).
-
-Raises (as the op's error) RuntimeError when ``bb_poll`` / ``bb_after_faults`` / ``bb_finish`` come
-before ``bb_start``.
+Its operations and what each takes and returns: :class:`chaos.hostops.BlackboxOps`.
 """
 
 from __future__ import annotations
@@ -28,6 +14,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from chaos.hostops import BlackboxOps
 
 
 class _Collect:
@@ -61,17 +49,16 @@ class _Disk:
         return getattr(files, "mount", None)
 
 
-class Part:
+class Part(BlackboxOps):
     """See the module docstring. ``daemon``: the :class:`chaos.backends.ssh.hostd.Daemon`."""
 
-    SLOW_OPS = ("bb_start", "bb_poll", "bb_after_faults", "bb_finish")
 
     def __init__(self, daemon: Any) -> None:
         self.daemon = daemon
         self.observer: Any = None  # chaos.observe.observer.Observer, once started
         self._lock = threading.Lock()  # one op at a time on the observer (they come from the pool)
 
-    def op_bb_start(self, spec: dict[str, Any], triggers: list[dict[str, Any]], nodes: int, base_dir: str,
+    def bb_start(self, spec: dict[str, Any], triggers: list[dict[str, Any]], nodes: int, base_dir: str,
                     cwd: str | None = None, watch_files: bool = True, watch_writers: bool = True) -> dict[str, Any]:
         """Build this node's observer (once: a second call changes nothing). What it watches."""
         from chaos.observe.files import FileWatch
@@ -96,16 +83,16 @@ class Part:
             raise RuntimeError("the black-box observer was not started on this host (bb_start first)")
         return self.observer
 
-    def op_bb_poll(self) -> list[dict[str, Any]]:
+    def bb_poll(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._need().poll())
 
-    def op_bb_after_faults(self, fired: list[dict[str, Any]]) -> bool:
+    def bb_after_faults(self, fired: list[dict[str, Any]]) -> bool:
         with self._lock:
             self._need().after_faults(fired)
         return True
 
-    def op_bb_finish(self, wait_s: float = 120.0) -> list[dict[str, Any]]:
+    def bb_finish(self, wait_s: float = 120.0) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._need().finish(float(wait_s)))
 

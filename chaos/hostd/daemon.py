@@ -2,7 +2,7 @@
 
 Started over SSH as ``<python> -m chaos.hostd --run-id R --workdir W --node N`` (the
 interpreter the job runs with; chaos is installed there, since the job imports its probe). It
-speaks JSON lines: requests on stdin (``{"id": n, "op": ..., ...}``), replies on stdout
+speaks JSON lines: requests on stdin (``{"id": n, "op": ..., ...}``: the operations of :mod:`chaos.hostops`), replies on stdout
 (``{"id": n, "ok": true, "result": ...}`` or ``{"id": n, "ok": false, "error": "..."}``), and pushes
 of its own (``{"push": "lines", "file": name, "lines": [...]}`` for each new complete line of the
 host's ``events/*.jsonl``, ``{"push": "exit", "node": n, "pid": p, "code": c}`` when the agent
@@ -25,7 +25,6 @@ from a live one.
 from __future__ import annotations
 
 import base64
-import contextlib
 import fcntl
 import json
 import os
@@ -42,14 +41,14 @@ from chaos.hostd.blackbox import Part as Blackbox
 from chaos.hostd.cleanup import qdisc_records, undo_network
 from chaos.hostd.files import Part as Files
 from chaos.hostd.slurm import Part as SlurmWatch
+from chaos.hostops import OPS, HostCore, handlers
 
 PUSH_S = 0.002  # how often new event lines and agent exits are looked for and pushed (a gate waits on it)
 MAX_READ = 4 << 20  # bytes one ``read`` returns at most
 SUBDIRS = ("events", "control", "checkpoints", "logs")
-SLOW_OPS = ("exec",)  # answered on a pool thread (the parts name theirs)
 
 
-class Daemon:
+class Daemon(HostCore):
     """One run's state on this host (see the module docstring)."""
 
     def __init__(self, run_id: str, workdir: str, node: int) -> None:
@@ -66,10 +65,11 @@ class Daemon:
         self.watched: dict[int, float] = {}  # pid → start of the workers resolved: their end is pushed
         self._stop = threading.Event()
         self.pushing = threading.Lock()  # the push thread and a teardown both push: one at a time
-        # its parts, each with op_<name> methods, a SLOW_OPS tuple and undo() (called when the session ends, in
+        # its parts, each serving one protocol of chaos.hostops, with undo() (called when the session ends, in
         # this order: the agent's first, so that nothing writes to the disk mount the files part undoes)
         self.parts: dict[str, Any] = {"agent": Agent(self), "files": Files(self), "blackbox": Blackbox(self),
                                       "slurm": SlurmWatch(self)}
+        self.handlers = handlers([self, *self.parts.values()])  # operation name → its handler
 
     # -- wire -------------------------------------------------------------------------------------
     def send(self, msg: dict[str, Any]) -> None:
@@ -89,7 +89,8 @@ class Daemon:
                     req = json.loads(raw)
                 except ValueError:
                     continue
-                if req.get("op") in SLOW_OPS or any(req.get("op") in getattr(p, "SLOW_OPS", ()) for p in self.parts.values()):
+                op = OPS.get(str(req.get("op", "")))
+                if op is not None and op.slow:
                     pool.submit(self._answer, req)  # may take seconds: never hold up the others
                 else:
                     self._answer(req)
@@ -102,9 +103,7 @@ class Daemon:
     def _answer(self, req: dict[str, Any]) -> None:
         rid = req.get("id")
         op = str(req.get("op", ""))
-        handler = getattr(self, f"op_{op}", None)
-        for part in self.parts.values():
-            handler = handler or getattr(part, f"op_{op}", None)
+        handler = self.handlers.get(op)
         if handler is None:
             self.send({"id": rid, "ok": False, "error": f"unknown op {op!r}"})
             return
@@ -180,7 +179,7 @@ class Daemon:
             self.send({"push": "exit", "node": self.node, "pid": agent.pid, "code": code})
 
     # -- ops: the host --------------------------------------------------------------------------------
-    def op_hello(self) -> dict[str, Any]:
+    def hello(self) -> dict[str, Any]:
         """Make the run directory (the workdir must be safe) and say what this host is."""
         from chaos.safedir import ensure_runs_dir
 
@@ -197,10 +196,10 @@ class Daemon:
         return {"t": time.time(), "pid": os.getpid(), "hostname": os.uname().nodename, "euid": os.geteuid(),
                 "python": sys.executable, "run_dir": str(self.run_dir)}  # (torch: checked in preflight)
 
-    def op_time(self) -> float:
+    def time(self) -> float:
         return time.time()
 
-    def op_exec(self, argv: list[str], timeout: float = 10, record_qdisc: bool = False) -> dict[str, Any]:
+    def exec(self, argv: list[str], timeout: float = 10, record_qdisc: bool = False) -> dict[str, Any]:
         """Run a command here (``tc``, ``iptables``, ``nsenter``), capturing text output."""
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -218,7 +217,7 @@ class Daemon:
                 f.write(json.dumps(record) + "\n")
         return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
 
-    def op_free_port(self) -> int:
+    def free_port(self) -> int:
         """A TCP port free on this host now (for the c10d rendezvous store)."""
         import socket
 
@@ -226,7 +225,7 @@ class Daemon:
             sock.bind(("", 0))
             return int(sock.getsockname()[1])
 
-    def op_iface_of(self, address: str) -> str | None:
+    def iface_of(self, address: str) -> str | None:
         """The name of this host's interface that has ``address`` (gloo's GLOO_SOCKET_IFNAME)."""
         import psutil
 
@@ -235,14 +234,14 @@ class Daemon:
                 return name
         return None
 
-    def op_remove_run_dir(self) -> bool:
+    def remove_run_dir(self) -> bool:
         """Remove this run's directory on the host (once its logs were collected)."""
         import shutil
 
         shutil.rmtree(self.run_dir, ignore_errors=True)
         return not self.run_dir.exists()
 
-    def op_shared_dir(self, root: str, remove: bool = False) -> str:
+    def shared_dir(self, root: str, remove: bool = False) -> str:
         """Make (or with ``remove``, remove) ``<root>/<run id>``, the run's directory on a filesystem the
         hosts share (its checkpoints); ``root`` must be a directory no other user can write."""
         import shutil
@@ -256,10 +255,7 @@ class Daemon:
             where.mkdir(mode=0o700, exist_ok=True)
         return str(where)
 
-    def op_exists(self, path: str) -> bool:
-        return os.path.exists(path)
-
-    def op_write(self, path: str, data: str = "") -> int:
+    def write(self, path: str, data: str = "") -> int:
         """Write ``data`` (base64) to ``path`` under the run directory (a go-file of a gate)."""
         target = self.inside(path)
         tmp = target.with_name(f".{target.name}.tmp")
@@ -267,7 +263,7 @@ class Daemon:
         os.replace(tmp, target)
         return len(data)
 
-    def op_read(self, path: str, offset: int = 0, limit: int = MAX_READ) -> dict[str, Any]:
+    def read(self, path: str, offset: int = 0, limit: int = MAX_READ) -> dict[str, Any]:
         """Up to ``limit`` bytes of a regular file of the run directory from ``offset``, base64."""
         target = self.inside(path)
         try:
@@ -279,18 +275,6 @@ class Daemon:
             f.seek(offset)
             data = f.read(min(limit, MAX_READ))
         return {"data": base64.b64encode(data).decode(), "size": size}
-
-    def op_list(self, path: str) -> list[list[Any]]:
-        """[relative path, size] of every regular file under ``path`` of the run directory."""
-        root = self.inside(path)
-        out = []
-        for dirpath, _dirs, files in os.walk(root):
-            for name in files:
-                full = Path(dirpath) / name
-                with contextlib.suppress(OSError):
-                    if full.is_file() and not full.is_symlink():
-                        out.append([str(full.relative_to(self.run_dir)), full.stat().st_size])
-        return out
 
     def inside(self, path: str) -> Path:
         target = (self.run_dir / path).resolve()

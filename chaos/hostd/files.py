@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from chaos.hostops import FileOps
+
 
 class _Collect:
     """A stand-in for the runner's log: ``record`` returns the event (time in this host's clock) and
@@ -34,11 +36,9 @@ class _Collect:
         return {"t": time.time(), "kind": kind, "source": "runner", **fields}
 
 
-class Part:
+class Part(FileOps):
     """See the module docstring. ``daemon``: the :class:`chaos.backends.ssh.hostd.Daemon`."""
 
-    SLOW_OPS = ("disk_mount", "disk_unmount", "disk_add_rule", "disk_remove_rules", "ckpt_newest", "ckpt_damage",
-                "watch_start", "watch_observe", "watch_poll", "watch_finish")
 
     def __init__(self, daemon: Any) -> None:
         self.daemon = daemon
@@ -52,7 +52,7 @@ class Part:
         return Path(self.daemon.run_dir) / "checkpoints"
 
     # -- disk faults ------------------------------------------------------------------------------------
-    def op_disk_mount(self) -> dict[str, Any]:
+    def disk_mount(self) -> dict[str, Any]:
         """Mount the filesystem over this node's checkpoint directory (once). Raises what
         :meth:`chaos.disk.mount.DiskMount.mount` raises."""
         from chaos.disk.mount import DiskMount
@@ -66,22 +66,22 @@ class Part:
             self.watcher.backing = self.mount.backing  # read past the faulty filesystem
         return {"mountpoint": str(self.mount.mountpoint), "backing": str(self.mount.backing), "pid": self.mount.pid}
 
-    def op_disk_is_mounted(self) -> bool:
+    def disk_is_mounted(self) -> bool:
         return self.mount is not None and bool(self.mount.is_mounted())
 
-    def op_disk_add_rule(self, rule: dict[str, Any]) -> dict[str, Any]:
+    def disk_add_rule(self, rule: dict[str, Any]) -> dict[str, Any]:
         from chaos.disk.rules import Rule
 
         if self.mount is None:
             raise RuntimeError("no chaos-disk mount on this host")
         return dict(self.mount.add_rule(Rule.from_dict(rule)))
 
-    def op_disk_remove_rules(self, rule_id: str) -> dict[str, Any]:
+    def disk_remove_rules(self, rule_id: str) -> dict[str, Any]:
         if self.mount is None:
             return {"removed": 0}
         return dict(self.mount.remove_rules(rule_id))
 
-    def op_disk_unmount(self) -> dict[str, Any]:
+    def disk_unmount(self) -> dict[str, Any]:
         mount, self.mount = self.mount, None
         if self.watcher is not None:
             self.watcher.backing = None
@@ -94,7 +94,7 @@ class Part:
             return None
         return str(mount.backing)
 
-    def op_ckpt_newest(self, checkpoint_dir: str, globs: list[str]) -> dict[str, Any] | None:
+    def ckpt_newest(self, checkpoint_dir: str, globs: list[str]) -> dict[str, Any] | None:
         """The checkpoint a ``checkpoint`` fault would damage here: its path, name and how new
         (:func:`chaos.faults.checkpoint.newest_key`: step, modification time in ns); None if none."""
         from chaos.faults.checkpoint import newest_here, newest_key
@@ -105,7 +105,7 @@ class Part:
         self._offered.add(str(ckpt))
         return {"path": str(ckpt), "name": ckpt.name, "key": list(newest_key(ckpt))}
 
-    def op_ckpt_damage(self, spec: dict[str, Any], path: str) -> dict[str, Any]:
+    def ckpt_damage(self, spec: dict[str, Any], path: str) -> dict[str, Any]:
         """Do ``spec`` (a CheckpointFault's fields) to the checkpoint at ``path``, which must be one
         ``ckpt_newest`` named (no other path on this host is ever damaged)."""
         from chaos.faults.checkpoint import damage
@@ -116,7 +116,7 @@ class Part:
         return damage(CheckpointFault.model_validate(spec), Path(path))
 
     # -- the checkpoint watcher ---------------------------------------------------------------------------------
-    def op_watch_start(self, checkpoint_dir: str) -> bool:
+    def watch_start(self, checkpoint_dir: str) -> bool:
         """Make this host's watcher (and import torch now, not in the first verification)."""
         import torch  # noqa: F401
 
@@ -129,19 +129,19 @@ class Part:
                     self.watcher.backing = self.mount.backing
         return True
 
-    def op_watch_observe(self, event: dict[str, Any]) -> dict[str, Any] | None:
+    def watch_observe(self, event: dict[str, Any]) -> dict[str, Any] | None:
         with self._watching:
             return self.watcher.observe(event) if self.watcher is not None else None
 
-    def op_watch_poll(self) -> dict[str, Any] | None:
+    def watch_poll(self) -> dict[str, Any] | None:
         with self._watching:
             return self.watcher.poll() if self.watcher is not None else None
 
-    def op_watch_finish(self) -> list[dict[str, Any]]:
+    def watch_finish(self) -> list[dict[str, Any]]:
         with self._watching:
             return list(self.watcher.finish()) if self.watcher is not None else []
 
     # -- the end --------------------------------------------------------------------------------------------------
     def undo(self) -> dict[str, Any]:
         """Unmount the filesystem if it is still mounted (the session ended mid-run)."""
-        return self.op_disk_unmount()
+        return self.disk_unmount()

@@ -22,6 +22,7 @@ import threading
 from typing import Any
 
 from chaos.backends.slurm.commands import JOB_ENV, NODE_ENV
+from chaos.hostops import SlurmOps
 
 WATCH_S = 3.0
 
@@ -66,10 +67,8 @@ def watched() -> tuple[str, str | None] | None:
     return (job, os.environ.get(NODE_ENV) or None) if job else None
 
 
-class Part:
+class Part(SlurmOps):
     """Watches the job of the daemon's node (see the module docstring)."""
-
-    SLOW_OPS: tuple[str, ...] = ()
 
     def __init__(self, daemon: Any) -> None:
         self.daemon = daemon
@@ -99,14 +98,14 @@ class Part:
             pass  # the srun that carried the session may be gone
         try:
             self.daemon.undo()
-            self.daemon.op_remove_run_dir()
+            self.daemon.remove_run_dir()
         finally:
             os._exit(0)
 
     def undo(self) -> None:
         return None
 
-    def op_slurmd_kill(self) -> dict[str, Any]:
+    def slurmd_kill(self) -> dict[str, Any]:
         """SIGKILL every ``slurmd`` of this node (the slurmd-kill fault); their pids. Raises
         RuntimeError if none runs here, PermissionError without root."""
         import signal

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chaos.paths import stat_files
+
 SCAN_S = 0.02
 # what chaos writes in a run directory: never the job's
 CHAOS_ENTRIES = {"events", "control", "logs", ".checkpoints-disk", "scenario.yaml", "runner.jsonl", "journal.jsonl",
@@ -50,12 +52,7 @@ def _scan(root: Path, runs: bool) -> dict[str, tuple[int, int, int, int]]:
             dirs[:] = [d for d in dirs if d not in CHAOS_ENTRIES]
             files = [f for f in files if f not in CHAOS_ENTRIES]
         dirs[:] = [d for d in dirs if d not in ("__pycache__", ".git", ".venv")]
-        for name in files:
-            path = os.path.join(dirpath, name)
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
+        for path, st in stat_files(dirpath, files):
             out[path] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
     return out
 

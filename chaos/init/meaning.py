@@ -35,6 +35,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from chaos.init.lines import LineProposal, Template, _counter_slot
 from chaos.init.source import ResumeLine
@@ -46,9 +47,9 @@ SAVED, RESUMED = "saved", "resumed"
 ASK = "is N the step just done (done) or the next to run (next)? chaos could not tell from the run"
 
 
-@dataclass(frozen=True)
-class Item:
-    """A line with a number: its kind (a progress regex's index as a string, ``saved``, ``resumed``)."""
+class Item(NamedTuple):
+    """A line with a number: its kind (a progress regex's index as a string, ``saved``, ``resumed``). A
+    plain tuple: :func:`classify` makes one per numbered line of the run's output."""
 
     kind: str
     value: int

@@ -21,7 +21,7 @@ from chaos.paths import path_problem
 from chaos.plugins import check_plugin_errors
 from chaos.scenario import ARG_PLACEHOLDERS, Scenario
 from chaos.scenario.backend import LocalBackendSpec, NodesSpec, SlurmBackendSpec, slurm_minutes, with_host_nodes
-from chaos.scenario.base import At, field_default, field_value, short
+from chaos.scenario.base import At, dict_or_empty, field_default, field_value, short
 from chaos.scenario.fscheck import is_file
 from chaos.scenario.model import check_entry
 from chaos.scenario.placeholders import placeholder_problem
@@ -35,24 +35,20 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def semantic_problems(data: Any, base_dir: Path, at: At = lambda loc: "") -> list[str]:
     """The problems of scenario ``data`` (raw, as YAML gives it) that need more than one field, or the file
     system, to see (relative paths resolve against ``base_dir``): one line each, prefixed by ``at(loc)``
     for the field at ``loc`` (e.g. ``"line 7: "``)."""
-    data = _dict(data)
-    data = {**data, "backend": with_host_nodes(_dict(data.get("backend")))}  # ssh: a node per host
+    data = dict_or_empty(data)
+    data = {**data, "backend": with_host_nodes(dict_or_empty(data.get("backend")))}  # ssh: a node per host
     out: list[str] = []
-    script = _dict(data.get("target")).get("script")
+    script = dict_or_empty(data.get("target")).get("script")
     if isinstance(script, str) and path_problem(script) is None and not is_file(base_dir / script):
         out.append(
             f"{at(('target', 'script'))}target.script={short(script)} must be an existing file; "
             f"resolved to {(base_dir / script).resolve()}, which does not exist (paths are relative to the scenario file)"
         )
-    out += _template_problems(_dict(data.get("target")), at)
+    out += _template_problems(dict_or_empty(data.get("target")), at)
     out += blackbox_problems(data, base_dir, at)
     out += target_env_problems(data, base_dir, at)
     out += _schedule_problems(data, at)
@@ -78,7 +74,7 @@ def _template_problems(target: dict[str, Any], at: At) -> list[str]:
 def _schedule_problems(data: dict[str, Any], at: At) -> list[str]:
     """Each fault of ``schedule`` against the backend (its kind, nodes and world size) and the target
     (its last step, its checkpoint interval)."""
-    target, backend = _dict(data.get("target")), _dict(data.get("backend"))
+    target, backend = dict_or_empty(data.get("target")), dict_or_empty(data.get("backend"))
     steps = field_value(TargetSpec, target, "steps")
     every = field_value(TargetSpec, target, "checkpoint_every")
     nodes = field_value(NodesSpec, backend, "nodes")
@@ -89,7 +85,7 @@ def _schedule_problems(data: dict[str, Any], at: At) -> list[str]:
     out: list[str] = []
     for i, fault in enumerate(schedule if isinstance(schedule, list) else []):
         loc: tuple[Any, ...] = ("schedule", i)
-        fault = _dict(fault)
+        fault = dict_or_empty(fault)
         fault_name = fault.get("fault")
         through = row(fault_name).backend  # the one backend kind it acts through (kinds table), if any
         if through is not None and kind != through:
@@ -116,7 +112,7 @@ def _schedule_problems(data: dict[str, Any], at: At) -> list[str]:
                     f"{at(loc + where_n)}schedule[{i}].{name}={value} must be less than "
                     f"backend.nodes={nodes}; use a node in 0..{nodes - 1}"
                 )
-        trig, sel = _dict(fault.get("trigger")), _dict(fault.get("select"))
+        trig, sel = dict_or_empty(fault.get("trigger")), dict_or_empty(fault.get("select"))
         at_step = field_value(Trigger, trig, "at_step")
         if at_step is not None and steps is not None and at_step > steps:
             out.append(
@@ -157,20 +153,20 @@ def deadline_problems(data: Any, at: At = lambda loc: "") -> list[str]:
     ``at(loc)`` gives a problem's ``line N: `` prefix. ``deadline_s`` is any finite number here, one under
     the field's bound too (a trigger after it is named besides the bound); other values a field does not
     take are skipped."""
-    data = _dict(data)
+    data = dict_or_empty(data)
     deadline = data.get("deadline_s", field_default(Scenario, "deadline_s"))
     if not isinstance(deadline, int | float) or isinstance(deadline, bool) or not math.isfinite(deadline):
         return []
     out = []
     schedule = data.get("schedule")
     for i, fault in enumerate(schedule if isinstance(schedule, list) else []):
-        at_time = field_value(Trigger, _dict(_dict(fault).get("trigger")), "at_time_s")
+        at_time = field_value(Trigger, dict_or_empty(dict_or_empty(fault).get("trigger")), "at_time_s")
         if at_time is not None and at_time >= deadline:
             out.append(
                 f"{at(('schedule', i, 'trigger', 'at_time_s'))}schedule[{i}].trigger.at_time_s={at_time:g} must be "
                 f"less than deadline_s={deadline:g}; use an earlier time or a longer deadline"
             )
-    backend = _dict(data.get("backend"))
+    backend = dict_or_empty(data.get("backend"))
     limit = field_value(SlurmBackendSpec, backend, "time_limit") if backend.get("kind") == "slurm" else None
     minutes = slurm_minutes(limit) if limit is not None else None
     if minutes is not None and minutes * 60 < deadline + SLURM_MARGIN_S:
@@ -204,7 +200,7 @@ def _check_problems(data: dict[str, Any], at: At) -> list[str]:
             if problem:
                 out.append(f"{at(('checks', i))}checks[{i}] ({name}): {problem}")
     lost = [e.get("params") for e in entries if isinstance(e, dict) and e.get("name") == "progress_lost"]
-    every = field_value(TargetSpec, _dict(data.get("target")), "checkpoint_every", invalid=False)  # False: invalid
+    every = field_value(TargetSpec, dict_or_empty(data.get("target")), "checkpoint_every", invalid=False)  # False: invalid
     if lost and every is None and not (isinstance(lost[0], dict) and "max_steps" in lost[0]):
         out.append(f"{at(('checks',))}checks: progress_lost needs target.checkpoint_every or "
                    "`progress_lost: {max_steps: N}`; add one of them")

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from chaos.net.netns import Netns
+from chaos.net.netns import Netns, RemoteHost
 
 
 @dataclass(frozen=True)
@@ -23,7 +22,7 @@ class NodeNet:
     ip: str
     netns_path: str
     iface: str
-    remote: Any = field(default=None, compare=False)  # a chaos.net.netns.RemoteHost: the node is a remote host
+    remote: RemoteHost | None = field(default=None, compare=False)  # set: the node is a remote host (its daemon)
 
     def netns(self) -> Netns:
         """The namespace network faults act in (a remote host's, through its daemon)."""

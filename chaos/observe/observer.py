@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from chaos.backends.base import Backend
+from chaos.backends.base import Backend, CheckpointMount, RunDisk
 from chaos.history import Event, RunnerLog
 from chaos.kinds import row
 from chaos.logtext import is_error
@@ -83,7 +83,7 @@ class Observer:
     the nemesis fired; :meth:`finish` once the job is gone."""
 
     def __init__(self, spec: BlackboxSpec, triggers: list[Trigger], backend: Backend, run_dir: Path, base_dir: Path,
-                 log: RunnerLog, disk: Any = None, cwd: Path | None = None, watch_writers: bool = True) -> None:
+                 log: RunnerLog, disk: RunDisk | None = None, cwd: Path | None = None, watch_writers: bool = True) -> None:
         self.spec = spec
         self.watch_writers = watch_writers  # scan /proc for checkpoint writers each tick (exclusive_saves reads them)
         self.backend = backend
@@ -96,7 +96,7 @@ class Observer:
         self.ckpt_dir = str(run_dir / "checkpoints")
         self.disk = disk  # the FaultEnv, whose .disk is the FUSE mount while one is mounted
         self.files = FileWatch(watched_patterns(triggers, run_dir, cwd), self.patterns, spec.settle_ms / 1000, self._remap,
-                               lambda: disk_settle_s(getattr(self.disk, "disk", None)))
+                               lambda: disk_settle_s(self._mount()))
         if spec.loadable_command is None and spec.loadable_function is None:
             import torch  # noqa: F401  (the default test loads with torch: import it now, not mid-run on the
             # tester's thread, where it would hold the GIL for seconds and delay the triggers)
@@ -115,8 +115,12 @@ class Observer:
         pids = {node: self.backend.agent_pid(node) for node in range(self.nodes)}
         return {node: pid for node, pid in pids.items() if pid is not None}
 
+    def _mount(self) -> CheckpointMount | None:
+        return self.disk.disk if self.disk is not None else None
+
     def _remap(self) -> tuple[str, str] | None:
-        backing = getattr(getattr(self.disk, "disk", None), "backing", None)
+        mount = self._mount()
+        backing = mount.backing if mount is not None else None
         return (self.ckpt_dir, str(backing)) if backing else None
 
     def _record(self, kind: str, **fields: Any) -> Event:

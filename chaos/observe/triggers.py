@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from chaos.disk.rules import Rule
 from chaos.errors import CapabilityError, ChaosError
+from chaos.faults.base import FaultEnv
 from chaos.history import Event
 from chaos.scenario import Trigger
 from chaos.scenario.blackbox import resolve_pattern
@@ -38,38 +39,38 @@ class Matcher(Protocol):
     def miss(self) -> str:
         """Why the trigger never fired (for ``fault_not_fired``)."""
 
-    def preflight(self, env: Any) -> None:
+    def preflight(self, env: FaultEnv) -> None:
         """Raise :class:`~chaos.errors.CapabilityError` if the trigger cannot work here."""
 
-    def prepare(self, env: Any, record: Record) -> None:
+    def prepare(self, env: FaultEnv, record: Record) -> None:
         """Set up what the trigger needs before the job starts and before :meth:`arm` (e.g. the disk mount)."""
 
-    def arm(self, env: Any) -> None:
+    def arm(self, env: FaultEnv) -> None:
         """Arm the trigger once prepared, before the job starts. Raises ChaosError when it cannot."""
 
-    def release(self, env: Any) -> None:
+    def release(self, env: FaultEnv) -> None:
         """Undo what :meth:`arm` did (after the fault fired, and at the end). Idempotent; never raises."""
 
-    def teardown(self, env: Any, record: Record) -> None:
+    def teardown(self, env: FaultEnv, record: Record) -> None:
         """Undo :meth:`prepare` once the job has ended. Idempotent."""
 
 
 class _Passive:
     """A trigger that only watches events: nothing to check, set up, arm or release."""
 
-    def preflight(self, env: Any) -> None:
+    def preflight(self, env: FaultEnv) -> None:
         return None
 
-    def prepare(self, env: Any, record: Record) -> None:
+    def prepare(self, env: FaultEnv, record: Record) -> None:
         return None
 
-    def arm(self, env: Any) -> None:
+    def arm(self, env: FaultEnv) -> None:
         return None
 
-    def release(self, env: Any) -> None:
+    def release(self, env: FaultEnv) -> None:
         return None
 
-    def teardown(self, env: Any, record: Record) -> None:
+    def teardown(self, env: FaultEnv, record: Record) -> None:
         return None
 
 
@@ -149,7 +150,7 @@ class WriteMatcher(_Passive):
         return Rule(id=self.rule_id, mode="hold", ops=frozenset({"write", "flush"}), path=self.pattern,
                     after_bytes=int(t.after_bytes or 1), nth=t.count, change=t.change)
 
-    def preflight(self, env: Any) -> None:
+    def preflight(self, env: FaultEnv) -> None:
         """Raise :class:`~chaos.errors.CapabilityError` naming the fix when FUSE cannot work here."""
         from chaos.faults.diskmount import fuse_ok
 
@@ -157,20 +158,20 @@ class WriteMatcher(_Passive):
         if not ok:
             raise CapabilityError("fuse", f"on_checkpoint with after_bytes: {why}")
 
-    def prepare(self, env: Any, record: Record) -> None:
+    def prepare(self, env: FaultEnv, record: Record) -> None:
         """Mount the run's chaos-disk filesystem over the checkpoint directory (if nothing has yet)."""
         from chaos.faults.diskmount import mount_checkpoints
 
         mount_checkpoints(env, record)
 
-    def teardown(self, env: Any, record: Record) -> None:
+    def teardown(self, env: FaultEnv, record: Record) -> None:
         from chaos.faults.diskmount import unmount_checkpoints
 
         unmount_checkpoints(env, record)
 
-    def arm(self, env: Any) -> None:
-        """Add the hold rule to ``env.disk`` (the run's DiskMount). Raises ChaosError when there is none."""
-        mount = getattr(env, "disk", None)
+    def arm(self, env: FaultEnv) -> None:
+        """Add the hold rule to ``env.disk`` (the run's checkpoint mount). Raises ChaosError when there is none."""
+        mount = env.disk
         if mount is None or not mount.is_mounted():
             raise ChaosError("after_bytes needs the chaos-disk filesystem over the checkpoint directory, which is "
                              "not mounted (see its log in the run's events directory)")
@@ -179,9 +180,9 @@ class WriteMatcher(_Passive):
             raise ChaosError(f"the chaos-disk filesystem over {mount.mountpoint} did not confirm the write hold")
         self.armed = self.in_force = True
 
-    def release(self, env: Any) -> None:
+    def release(self, env: FaultEnv) -> None:
         """Remove the hold rule (releasing a held write). Idempotent; never raises."""
-        mount = getattr(env, "disk", None)
+        mount = env.disk
         if not self.in_force or mount is None:
             return
         self.in_force = False

@@ -66,7 +66,8 @@ class Nemesis:
         self.clock = clock
         control_dir.mkdir(parents=True, exist_ok=True)
         self.specs: list[Any] = list(scenario.schedule)
-        self.faults: list[Fault] = [build_fault(spec, i) for i, spec in enumerate(self.specs)]
+        groups = scenario.backend.torchft_groups() is not None  # a torchft job (local backend)
+        self.faults: list[Fault] = [build_fault(spec, i, replica_groups=groups) for i, spec in enumerate(self.specs)]
         run_dir = control_dir.parent
         self.matchers: list[Matcher | None] = [
             matcher_for(spec.trigger, run_dir, scenario.work_dir(run_dir), fault_id=fault.id)

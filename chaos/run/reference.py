@@ -25,7 +25,7 @@ from chaos.checks.base import Reference
 from chaos.checks.equivalence import final_checkpoint, final_digests, step_digests
 from chaos.dcpcheck import is_dcp
 from chaos.history import History
-from chaos.paths import cache_dir
+from chaos.paths import cache_dir, stat_files
 from chaos.scenario import CheckSpec, Scenario
 
 if TYPE_CHECKING:
@@ -198,12 +198,7 @@ def files_under(root: Path, skip: Path | None = None, limit: int = MAX_WATCHED_F
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith(".")
                              and os.path.join(dirpath, d) != skip_s)
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
+        for path, st in stat_files(dirpath, filenames, follow=False):
             out[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
             if len(out) >= limit:
                 return out

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends import make_backend
+from chaos.backends.base import BlackboxObserver, CheckpointWatch
 from chaos.checks import Reference
 from chaos.checks.base import REFERENCE_DISABLED
 from chaos.checks.needs import needs_of
@@ -28,16 +29,15 @@ from chaos.errors import RunsDirError, ScenarioError
 from chaos.faults import FaultEnv
 from chaos.history import JOURNAL_FORMAT, Event, EventTail, RunnerLog, merge_run_dir
 from chaos.manifest import Manifest, process_start
-from chaos.observe.observer import Observer as BlackboxObserver
 from chaos.paths import default_runs_dir
 from chaos.registry import register_run
-from chaos.run.ckptwatch import CheckpointWatcher
 from chaos.run.final_compare import COMPARED, final_comparison
 from chaos.run.launch import launch_spec
 from chaos.run.nemesis import Nemesis
 from chaos.run.reference import ReferenceCache
 from chaos.run.rundir import dump_scenario, make_run_dir
 from chaos.run.signals import Interrupted, ignore_signals, install_handlers, restore_handlers
+from chaos.run.this_machine import node_hosts
 from chaos.scenario import Scenario
 from chaos.scenario.blackbox import resolve_pattern
 from chaos.timeline import prewarm as prewarm_report
@@ -104,7 +104,8 @@ def preflight(scenario: Scenario) -> None:
         try:
             backend = make_backend(scenario.backend, "preflight", Path(tmp), log)
             backend.preflight(str(scenario.script_path))
-            Nemesis(scenario, FaultEnv(backend, WorkerTable(), "preflight"), log, Path(tmp) / "control").preflight()
+            env = FaultEnv(backend, WorkerTable(), "preflight", hosts=node_hosts(backend, Path(tmp)))
+            Nemesis(scenario, env, log, Path(tmp) / "control").preflight()
         finally:
             log.close()
 
@@ -145,27 +146,25 @@ class _Run:
         self.env = FaultEnv(self.backend, self.workers, self.run_id, checkpoint_dir=str(self.run_dir / "checkpoints"),
                             checkpoint_globs=[resolve_pattern(p, self.run_dir, scenario.work_dir(self.run_dir))
                                               for p in box.checkpoints] if box else [],
-                            manifest=self.manifest, run_dir=str(self.run_dir))
+                            manifest=self.manifest, run_dir=str(self.run_dir),
+                            hosts=node_hosts(self.backend, self.run_dir, self.manifest))
         self.nemesis = Nemesis(scenario, self.env, self.log, self.run_dir / "control")
         self.needs = needs_of(scenario)  # what the checks need from the run (watcher, scans, bound)
         self.blackbox: BlackboxObserver | None = None
-        if box is not None:
-            hosts = self.backend.hosts()
-            observer_class = hosts.blackbox_observer() if hosts is not None else BlackboxObserver  # ssh: on each host
-            self.blackbox = observer_class(box, [f.trigger for f in scenario.schedule], self.backend, self.run_dir,
-                                     scenario.base_dir, self.log, self.env, cwd=scenario.work_dir(self.run_dir),
-                                     watch_writers=self.needs.writer_scan)
+        if box is not None:  # ssh: one observer on each host
+            make_observer = self.env.hosts.blackbox_observer()
+            self.blackbox = make_observer(box, [f.trigger for f in scenario.schedule], self.backend, self.run_dir,
+                                          scenario.base_dir, self.log, self.env, cwd=scenario.work_dir(self.run_dir),
+                                          watch_writers=self.needs.writer_scan)
         self.tail = EventTail(self.run_dir / "events")
         self.max_step: int | None = None
         self._exit_status: dict[int, str] = {}  # pid → the probe's exit status
         self._signalled = self.nemesis.signalled  # pid → signal a fault sent it (the nemesis fills it in)
         self._exit_reported: set[int] = set()
         self.hang_bound_s = self.needs.silence_bound_s
-        self.watcher: Any = None  # a CheckpointWatcher, or the backend's own (ssh: one on each host)
+        self.watcher: CheckpointWatch | None = None  # ssh: one on each host
         if self.needs.checkpoint_watch:
-            hosts = self.backend.hosts()
-            self.watcher = (hosts.checkpoint_watcher(self.log) if hosts is not None
-                            else CheckpointWatcher(self.run_dir / "checkpoints", self.log))
+            self.watcher = self.env.hosts.checkpoint_watcher(self.log)
         self._last_event: dict[int, float] = {}  # id(worker) → time of its newest event
         self._worlds: set[int] = set()  # the world sizes the workers joined (their start events)
 

@@ -62,6 +62,10 @@ class NodesSpec(Topology, _Model):
     )
     monitor_interval_s: float = Field(default=0.1, gt=0, description="torchrun --monitor-interval, seconds.")
 
+    def torchft_groups(self) -> ReplicaGroupsSpec | None:
+        """The torchft replica groups (``backend.replica_groups``, on ``local`` only); None on every other backend."""
+        return None
+
     def rdzv_settings(self) -> dict[str, int | float]:
         """The --rdzv-conf actually passed: the elastic defaults under the user's settings."""
         base: dict[str, int | float] = (
@@ -88,6 +92,9 @@ class LocalBackendSpec(NodesSpec):
     replica_groups: ReplicaGroupsSpec | None = Field(
         default=None, description="A torchft job: every node is one replica group (its own torchrun and "
         "rendezvous), joined by a Lighthouse chaos starts; see docs/stacks/torchft.md.")
+
+    def torchft_groups(self) -> ReplicaGroupsSpec | None:
+        return self.replica_groups
 
     @model_validator(mode="after")
     def _groups(self) -> LocalBackendSpec:
@@ -156,6 +163,20 @@ class HostKeysSpec(_Model):
         "trust an unknown host's key on first use and add it (never a changed key).")
 
 
+def workdir_field(where: str) -> Any:
+    """The ``workdir`` field of a backend whose nodes are other machines (``ssh``, ``slurm``); ``where``
+    names one of them in its description (``host``, ``node``)."""
+    return Field(default="/var/tmp/chaos", min_length=1, description=f"Directory on each {where} under which the "
+                 "run's own directory (events, control, checkpoints, logs) is made; no other user may write it.")
+
+
+def python_field(where: str) -> Any:
+    """The ``python`` field of a backend whose nodes are other machines (``ssh``, ``slurm``): the interpreter
+    there; ``where`` names one of them in its description (``host``, ``node``)."""
+    return Field(default=None, description=f"The interpreter on the {where}s (with torch and chaos); default: "
+                 "this runner's interpreter path.")
+
+
 class SshBackendSpec(NodesSpec, HostKeysSpec):
     """Every node is a host reached over SSH (paramiko), with its own processes, clock and disk: one
     torchrun agent per host, driven by a host daemon (``chaos.hostd``) the runner starts
@@ -175,11 +196,8 @@ class SshBackendSpec(NodesSpec, HostKeysSpec):
         "win). The HostName is what this runner connects to and what torchrun gets as --local-addr and rendezvous "
         "address, so it must be an address the hosts reach each other at. ProxyJump and ProxyCommand are refused "
         "(not supported).")
-    workdir: PathText = Field(default="/var/tmp/chaos", min_length=1, description="Directory on each host under which "
-                         "the run's own directory (events, control, checkpoints, logs) is made; no other user may "
-                         "write it.")
-    python: PathText | None = Field(default=None, description="The interpreter on the hosts (with torch and chaos); "
-                               "default: this runner's interpreter path.")
+    workdir: PathText = workdir_field("host")
+    python: PathText | None = python_field("host")
     checkpoint_dir: PathText | None = Field(
         default=None, description="A directory every host shares (NFS, Lustre, ...): the run's checkpoints go to "
         "<checkpoint_dir>/<run id> ({checkpoint_dir} in target args), which every node reads, as a job whose rank 0 "
@@ -244,11 +262,8 @@ class SlurmBackendSpec(NodesSpec):
         "fault ({node}: the node's Slurm name); the node may be DOWN by then, with no job step to go through.")
     allocation_timeout_s: float = Field(default=300.0, gt=0, le=86400, description="How long the submitted job "
                                         "may stay pending before the run gives up (and cancels it).")
-    workdir: PathText = Field(default="/var/tmp/chaos", min_length=1, description="Directory on each node under which "
-                         "the run's own directory (events, control, checkpoints, logs) is made; no other user may "
-                         "write it.")
-    python: PathText | None = Field(default=None, description="The interpreter on the nodes (with torch and chaos); "
-                               "default: this runner's interpreter path.")
+    workdir: PathText = workdir_field("node")
+    python: PathText | None = python_field("node")
     checkpoint_dir: PathText | None = Field(
         default=None, description="A directory every node shares (NFS, Lustre, ...): the run's checkpoints go to "
         "<checkpoint_dir>/<run id>. Default: node-local, each node's own run directory.")

@@ -3,7 +3,8 @@ silently ignored settings; floats must be finite (``.inf`` and ``.nan`` are erro
 :func:`short` is how a user's value appears in a message: bounded, whatever its size. :data:`PathText` is
 every path field: one that cannot name a file on this system at all is an error naming the field.
 :func:`field_value` reads one field of raw scenario data as the model does (its default, its constraints),
-for the rules that read fields of several sections (:mod:`chaos.load.rules`)."""
+for the rules that read fields of several sections (:mod:`chaos.load.rules`), and :func:`dict_or_empty` a
+section of raw data whose shape the model has not checked yet."""
 
 from __future__ import annotations
 
@@ -43,6 +44,12 @@ def _path_text(value: str) -> str:
 
 
 PathText = Annotated[str, AfterValidator(_path_text)]  # a path field (chaos.paths.path_problem)
+
+
+def dict_or_empty(value: Any) -> dict[str, Any]:
+    """``value`` if it is a dict (a mapping section of raw scenario data, as YAML gives it), else ``{}``: so a
+    rule can read a section's keys before the model has said what is wrong with its shape."""
+    return value if isinstance(value, dict) else {}
 
 
 def field_default(model: type[BaseModel], name: str) -> Any:

@@ -127,7 +127,7 @@ class Scenario(_Model):
             data["target"]["command"][len(data["target"]["command"]) - len(cmd.args) - 1] = script
         data["checks"] = [{c.name: c.params} if c.params else c.name for c in self.checks]
         defaults = (BLACKBOX_DEFAULT_CHECKS if self.blackbox is not None
-                    else REPLICA_GROUP_DEFAULT_CHECKS if getattr(self.backend, "replica_groups", None) is not None
+                    else REPLICA_GROUP_DEFAULT_CHECKS if self.backend.torchft_groups() is not None
                     else DEFAULT_CHECKS)
         if self.target.checkpoint_every is None and data["checks"] == defaults:
             del data["checks"]  # the defaults, which load back only when not written (progress_lost's rule)

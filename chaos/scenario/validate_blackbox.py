@@ -9,14 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from chaos.kinds import row
-from chaos.scenario.base import At
+from chaos.scenario.base import At, dict_or_empty
 from chaos.scenario.blackbox import pattern_ok, resolve_pattern
 from chaos.scenario.command import CommandError, conflicts, parse_command
 from chaos.scenario.fscheck import is_file
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def command_problems(target: dict[str, Any], backend: dict[str, Any], base_dir: Path, at: At) -> list[str]:
@@ -123,23 +119,23 @@ def _loadable_function(spec: str, base_dir: Path) -> str | None:
 
 def blackbox_problems(data: dict[str, Any], base_dir: Path, at: At) -> list[str]:
     """Problems of a black-box target and its schedule (see the module docstring)."""
-    target, backend = _dict(data.get("target")), _dict(data.get("backend"))
+    target, backend = dict_or_empty(data.get("target")), dict_or_empty(data.get("backend"))
     out = command_problems(target, backend, base_dir, at)
     box = target.get("blackbox")
-    function = _dict(box).get("loadable_function")
+    function = dict_or_empty(box).get("loadable_function")
     if isinstance(function, str) and ":" in function:
         why = _loadable_function(function, base_dir)
         if why:
             out.append(f"{at(('target', 'blackbox', 'loadable_function'))}target.blackbox.loadable_function="
                        f"{function!r}: {why}; put the module next to the scenario file or install it")
-    patterns = _dict(box).get("checkpoints")
+    patterns = dict_or_empty(box).get("checkpoints")
     patterns = [patterns] if isinstance(patterns, str) else patterns if isinstance(patterns, list) else []
     under_ckpt_dir = all(pattern_ok(p) and resolve_pattern(p, Path("/RUN")).startswith("/RUN/checkpoints/")
                          for p in patterns)
     schedule = data.get("schedule")
     for i, fault in enumerate(schedule if isinstance(schedule, list) else []):
-        fault = _dict(fault)
-        trig = _dict(fault.get("trigger"))
+        fault = dict_or_empty(fault)
+        trig = dict_or_empty(fault.get("trigger"))
         name = fault.get("fault")
         loc: tuple[Any, ...] = ("schedule", i)
         if box is None:

@@ -19,14 +19,14 @@ from chaos.faults.base import FaultEnv
 from chaos.faults.disk import Disk
 from chaos.scenario import DiskFault
 from chaos.worker_table import WorkerTable
-from tests.conftest import ThisMachine
+from tests.conftest import ThisMachine, hosts_here
 from tests.disk.conftest import make_mount
 
 TRIGGER = {"at_time_s": 0}
 
 
 def env_with(disk: DiskMount | None) -> FaultEnv:
-    env = FaultEnv(ThisMachine(), WorkerTable(), "t")  # type: ignore[arg-type]
+    env = FaultEnv(ThisMachine(), WorkerTable(), "t", hosts=hosts_here())  # type: ignore[arg-type]
     env.disk = disk  # the runner sets this attribute
     return env
 

@@ -19,6 +19,7 @@ from chaos.history import RunnerLog
 from chaos.net import measure
 from chaos.net.iptables import chaos_chains
 from chaos.net.netns import Netns
+from chaos.run.this_machine import ThisMachine
 from chaos.scenario import BandwidthFault, DelayFault, DockerBackendSpec, LossFault
 from chaos.worker_table import WorkerTable
 from tests.conftest import SCENARIOS
@@ -46,7 +47,7 @@ def nodes(tmp_path: Path) -> Iterator[tuple[DockerBackend, FaultEnv]]:
         while any(backend.node_net(n) is None for n in range(2)):
             assert time.time() < deadline, "containers did not come up"
             time.sleep(0.2)
-        yield backend, FaultEnv(backend, WorkerTable(resolve=backend.host_pid), run_id)
+        yield backend, FaultEnv(backend, WorkerTable(resolve=backend.host_pid), run_id, hosts=ThisMachine(run_dir))
     finally:
         backend.teardown()
 

@@ -21,6 +21,7 @@ import pytest
 from chaos.faults.base import FaultEnv
 from chaos.labs.netns import NetLab
 from chaos.worker_table import WorkerTable
+from tests.conftest import hosts_here
 from tests.labs import require, started
 
 TOOLS = ("ip", "tc", "iptables", "nsenter", "unshare")
@@ -42,7 +43,7 @@ class Lab(NetLab):
     """A :class:`NetLab` with a fault environment over its nodes."""
 
     def env(self) -> FaultEnv:
-        return FaultEnv(self.backend(), WorkerTable(), self.run_id)  # type: ignore[arg-type]
+        return FaultEnv(self.backend(), WorkerTable(), self.run_id, hosts=hosts_here())  # type: ignore[arg-type]
 
 
 @pytest.fixture

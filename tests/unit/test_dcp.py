@@ -24,7 +24,7 @@ from chaos.run.ckptwatch import CheckpointWatcher, verify
 from chaos.scenario import CheckpointFault
 from chaos.scenario.blackbox import BlackboxSpec
 from chaos.worker_table import WorkerTable
-from tests.conftest import ThisMachine
+from tests.conftest import ThisMachine, hosts_here
 
 
 def dcp_save(path: Path, width: int = 64) -> dict:
@@ -82,7 +82,7 @@ def test_a_directory_of_another_format_is_not_judged_by_dcp(tmp_path: Path) -> N
 
 def env_for(root: Path, globs: list[str] | None = None) -> FaultEnv:
     return FaultEnv(backend=ThisMachine(), workers=WorkerTable(), run_id="r", checkpoint_dir=str(root),  # type: ignore[arg-type]
-                    checkpoint_globs=globs or [])
+                    checkpoint_globs=globs or [], hosts=hosts_here(root))
 
 
 @pytest.mark.parametrize("blackbox", [False, True])

@@ -22,7 +22,7 @@ from chaos.worker_table import WorkerTable
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "targets"))
 import dircheckpoint  # noqa: E402
 
-from tests.conftest import ThisMachine
+from tests.conftest import ThisMachine, hosts_here
 
 
 def runner(kind: str, t: float, **fields) -> dict:
@@ -84,7 +84,8 @@ def saved(root: Path, step: int, world: int = 2) -> dircheckpoint.Saved:
 
 
 def env_of(root: Path) -> FaultEnv:
-    return FaultEnv(backend=ThisMachine(), workers=WorkerTable(), run_id="t", checkpoint_dir=str(root))  # type: ignore[arg-type]
+    return FaultEnv(backend=ThisMachine(), workers=WorkerTable(), run_id="t", checkpoint_dir=str(root),  # type: ignore[arg-type]
+                    hosts=hosts_here(root))
 
 
 @pytest.mark.parametrize("mode", ["corrupt", "truncate", "delete-metadata"])

@@ -34,6 +34,17 @@ def test_every_kind_has_an_implementation_on_the_fault_contract(name):
         assert cls.instant is False  # something to undo after duration_s
 
 
+def test_a_kind_s_replica_group_implementation_is_chosen_where_faults_are_built():
+    from chaos.faults.group_delay import GroupDelay
+    from chaos.faults.network import Delay
+
+    assert [k.name for k in kinds.KINDS if k.group_impl] == ["delay"]
+    assert fault_class("delay") is Delay and fault_class("delay", replica_groups=True) is GroupDelay
+    assert fault_class("loss", replica_groups=True) is fault_class("loss")  # no group_impl: impl everywhere
+    assert issubclass(GroupDelay, SpecFault) and GroupDelay.instant is Delay.instant is False
+    assert GroupDelay.in_process is Delay.in_process
+
+
 def test_docs_listing_and_derived_tuples_come_from_the_table():
     assert {k.name: k.doc for k in kinds.KINDS} == FAULT_DOCS and all(FAULT_DOCS.values())
     assert kinds.names(network=True) == ("delay", "loss", "bandwidth", "partition")

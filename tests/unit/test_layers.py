@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "chaos"
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundation", ["chaos.errors", "chaos.paths", "chaos.history", "chaos.logtext", "chaos.kinds", "chaos.probe",
                     "chaos.plugins", "chaos.safedir", "chaos.readlimit", "chaos.integrations", "chaos.warm",
-                    "chaos.loopback", "chaos.loopback_site", "chaos.lost_events"]),
+                    "chaos.loopback", "chaos.loopback_site", "chaos.lost_events", "chaos.hostops"]),
     ("model", ["chaos.scenario"]),
     ("judgement and mechanisms", ["chaos.checks", "chaos.timeline", "chaos.net", "chaos.disk", "chaos.reserve",
                                   "chaos.manifest",

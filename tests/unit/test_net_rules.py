@@ -20,6 +20,7 @@ from chaos.net.netns import Netns
 from chaos.net.node import NodeNet
 from chaos.scenario import BandwidthFault, DelayFault, LossFault, PartitionFault
 from chaos.worker_table import WorkerTable
+from tests.conftest import hosts_here
 
 TRIGGER = {"at_time_s": 1}
 
@@ -105,7 +106,7 @@ class FakeBackend:
 
 
 def env_of(kind: str = "netns", nets: dict[int, NodeNet] | None = None) -> FaultEnv:
-    return FaultEnv(FakeBackend(kind, nets or {}), WorkerTable(), "run-1")  # type: ignore[arg-type]
+    return FaultEnv(FakeBackend(kind, nets or {}), WorkerTable(), "run-1", hosts=hosts_here())  # type: ignore[arg-type]
 
 
 def test_classes_and_mechanisms(monkeypatch: pytest.MonkeyPatch) -> None:

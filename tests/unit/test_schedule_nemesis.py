@@ -17,6 +17,7 @@ from chaos.run import nemesis as nemesis_mod
 from chaos.run.nemesis import Nemesis
 from chaos.scenario import Trigger
 from chaos.worker_table import WorkerTable
+from tests.conftest import hosts_here
 
 T0 = 5000.0
 
@@ -78,14 +79,16 @@ def spec(fault: str = "kill", duration_s: float | None = None, lasting: bool = F
 
 @pytest.fixture
 def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(nemesis_mod, "build_fault", lambda s, i: FakeFault(s, f"f{i}"))
+    monkeypatch.setattr(nemesis_mod, "build_fault", lambda s, i, replica_groups: FakeFault(s, f"f{i}"))
     made: list[RunnerLog] = []
 
     def build(*specs: Any) -> tuple[Nemesis, Clock]:
-        scenario = SimpleNamespace(schedule=list(specs), work_dir=lambda run_dir: run_dir)
+        backend = SimpleNamespace(torchft_groups=lambda: None)  # no replica groups
+        scenario = SimpleNamespace(schedule=list(specs), work_dir=lambda run_dir: run_dir, backend=backend)
         log = RunnerLog(tmp_path / "runner.jsonl")
         made.append(log)
-        env = FaultEnv(backend=None, workers=WorkerTable(), run_id="t", run_dir=str(tmp_path))  # type: ignore[arg-type]
+        env = FaultEnv(backend=None, workers=WorkerTable(), run_id="t", run_dir=str(tmp_path),  # type: ignore[arg-type]
+                       hosts=hosts_here(tmp_path))
         clock = Clock()
         return Nemesis(scenario, env, log, tmp_path / "control", clock=clock), clock  # type: ignore[arg-type]
 

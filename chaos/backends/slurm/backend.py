@@ -47,7 +47,7 @@ from chaos.backends.slurm.link import Anchor, NodeLogin, StepLink
 from chaos.backends.slurm.node_faults import SlurmNodeFaults, clean_node
 from chaos.backends.slurm.on_hosts import SlurmHosts
 from chaos.backends.ssh.backend import SshBackend
-from chaos.backends.ssh.hostcheck import check_link, make_link
+from chaos.backends.ssh.hostcheck import check_link
 from chaos.backends.ssh.link import HostLink, default_known_hosts
 from chaos.errors import CapabilityError, ChaosError
 from chaos.history import RunnerLog
@@ -157,7 +157,7 @@ class SlurmBackend(SlurmNodeFaults, SshBackend):
 
     def hosts(self) -> NodeHosts:
         """The nodes' checkpoints and black-box observers, as on ``ssh`` (:class:`~chaos.backends.slurm.on_hosts.SlurmHosts`)."""
-        return SlurmHosts(self, make_link)
+        return SlurmHosts(self)
 
     def _submitted(self, alloc: Allocation) -> None:
         """The job is Slurm's now: recorded (manifest, journal) before anything else can happen."""
@@ -300,7 +300,7 @@ class SlurmBackend(SlurmNodeFaults, SshBackend):
         def republish() -> None:  # the gates already opened stay open on the new nodes (fresh run directories)
             for link in self.links.values():
                 for name in self.published:
-                    link.call("write", path=f"control/{name}", data="")
+                    link.ops().write(path=f"control/{name}", data="")
 
         self.on_connected(republish)
         try:

@@ -79,7 +79,7 @@ class SlurmNodeFaults:
         link = self.links.get(node)
         if link is None or link.closed.is_set():
             raise ChaosError(f"slurmd-kill: node {node} ({name}) has no chaos daemon running")
-        done = link.call("slurmd_kill")
+        done = link.ops().slurmd_kill()
         self._slurmd_killed.add(node)
         return {"node": node, "slurm_node": name, "pids": done["pids"],
                 "job_id": self.allocation.job_id if self.allocation else None}

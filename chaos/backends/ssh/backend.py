@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends.base import LaunchSpec, NodeHosts, NodeNet, SlurmControl
+from chaos.backends.parts import RunParts
 from chaos.backends.replica_groups import GroupRuntime
 from chaos.backends.ssh.clock import Offset, measure
 from chaos.backends.ssh.hostcheck import check_host, make_link
@@ -55,7 +56,7 @@ from chaos.scenario import SshBackendSpec
 HOSTD = "chaos.hostd"
 
 
-class SshBackend(SshProcesses, SshPushes):
+class SshBackend(SshProcesses, SshPushes, RunParts[SshBackendSpec]):
     """One torchrun agent per host over SSH (see the module docstring). Implements
     :class:`chaos.backends.base.Backend`."""
 
@@ -64,11 +65,7 @@ class SshBackend(SshProcesses, SshPushes):
     shares_run_dir = False
 
     def __init__(self, spec: SshBackendSpec, run_id: str, run_dir: Path, log: RunnerLog) -> None:
-        self.spec = spec
-        self.run_id = run_id
-        self.run_dir = Path(run_dir)
-        self.log = log
-        self.nodes = spec.nodes
+        super().__init__(spec, run_id, run_dir, log)
         self.python = spec.python or sys.executable
         self.links: dict[int, HostLink] = {}
         self.hello: dict[int, dict[str, Any]] = {}
@@ -114,9 +111,9 @@ class SshBackend(SshProcesses, SshPushes):
             list(pool.map(self._open, range(self.nodes)))
         self._record_offsets("start")
         rdzv = self.links[self.spec.rdzv_node]
-        self.port = int(rdzv.call("free_port"))
+        self.port = int(rdzv.ops().free_port())
         if self.spec.checkpoint_dir is not None:
-            self.shared_checkpoints = str(rdzv.call("shared_dir", root=self.spec.checkpoint_dir))
+            self.shared_checkpoints = str(rdzv.ops().shared_dir(root=self.spec.checkpoint_dir))
         self.log.record("ssh_checkpoints", where="shared" if self.spec.checkpoint_dir else "node-local",
                         path=self.shared_checkpoints or f"{self.spec.workdir}/<run id>-n<node>/checkpoints")
         self._connected = True
@@ -158,11 +155,11 @@ class SshBackend(SshProcesses, SshPushes):
 
         link.start_daemon(self._daemon_argv(node), push)
         try:
-            self.hello[node] = link.call("hello")
+            self.hello[node] = link.ops().hello()
         except ChaosError as exc:
             raise ChaosError(f"{exc}; check backend.workdir ({self.spec.workdir}) and backend.python") from exc
-        self.iface[node] = link.call("iface_of", address=self.spec.hosts[node].address)
-        self.offsets[node] = measure(lambda: float(link.call("time")))
+        self.iface[node] = link.ops().iface_of(address=self.spec.hosts[node].address)
+        self.offsets[node] = measure(lambda: float(link.ops().time()))
 
     def _record_offsets(self, phase: str) -> None:
         self.log.record("clock_offsets", phase=phase, hosts={
@@ -189,7 +186,7 @@ class SshBackend(SshProcesses, SshPushes):
     # -- what chaos does on the hosts (chaos.backends.ssh.on_hosts) ------------------------------------------
     def hosts(self) -> NodeHosts:
         """The checkpoints and the black-box observer on the hosts (:class:`~chaos.backends.ssh.on_hosts.SshHosts`)."""
-        return SshHosts(self, make_link)
+        return SshHosts(self)
 
     def _start_agent(self, node: int) -> None:
         assert self.launch is not None
@@ -206,7 +203,7 @@ class SshBackend(SshProcesses, SshPushes):
         argv = [self.python, "-m", "chaos.agent_main", *args, *launch.torchrun_args, launch.script,
                 *(self._map(node, a) for a in launch.args)]
         cwd = self._map(node, launch.cwd or str(self.run_dir))
-        started = self.links[node].call("spawn", argv=argv, env=env, cwd=cwd, log=f"logs/agent-node{node}.log")
+        started = self.links[node].ops().spawn(argv=argv, env=env, cwd=cwd, log=f"logs/agent-node{node}.log")
         self._agent[node] = int(started["pid"])
         self.log.record("agent_start", node=node, pid=host_pid_of(node, int(started["pid"])), pid_on_host=started["pid"],
                         host=self.links[node].name, cmd=argv, cwd=cwd)
@@ -249,7 +246,7 @@ class SshBackend(SshProcesses, SshPushes):
         them; a host whose session was lost has no rank left to wait)."""
         def write(link: HostLink) -> None:
             try:
-                link.call("write", path=f"control/{name}", data="")
+                link.ops().write(path=f"control/{name}", data="")
             except ChaosError:
                 if not link.closed.wait(2.0):  # (a session that just broke is seen closed a moment later)
                     raise  # a live host that cannot write its gate's go-file
@@ -286,7 +283,7 @@ class SshBackend(SshProcesses, SshPushes):
         while True:
             offset = self._log_offsets.get(rel, 0)
             try:
-                got = link.call("read", path=rel, offset=offset)
+                got = link.ops().read(path=rel, offset=offset)
             except ChaosError:
                 return
             data = base64.b64decode(got["data"])
@@ -322,7 +319,7 @@ class SshBackend(SshProcesses, SshPushes):
             link = self.links[node]
             try:
                 if not link.closed.is_set():
-                    done = link.call("teardown", timeout_s=60)
+                    done = link.ops(60).teardown()
                     if done.get("killed"):
                         self.log.record("teardown_killed", node=node, host=link.name, pids=done["killed"])
             except ChaosError as exc:
@@ -333,10 +330,10 @@ class SshBackend(SshProcesses, SshPushes):
             try:
                 if not link.closed.is_set():
                     self._sync_logs(node)
-                    self.offsets[node] = measure(lambda: float(link.call("time")), samples=5)
-                    link.call("remove_run_dir")
+                    self.offsets[node] = measure(lambda: float(link.ops().time()), samples=5)
+                    link.ops().remove_run_dir()
                     if final and node == self.spec.rdzv_node and self.spec.checkpoint_dir is not None:
-                        link.call("shared_dir", root=self.spec.checkpoint_dir, remove=True)
+                        link.ops().shared_dir(root=self.spec.checkpoint_dir, remove=True)
             except ChaosError as exc:
                 self.log.record("teardown_error", node=node, host=link.name, error=str(exc)[:500])
             finally:

@@ -18,10 +18,14 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
+from chaos.backends.ssh.hostcheck import make_link
 from chaos.errors import ChaosError
+from chaos.hostops import HostOps
+from chaos.scenario import SshBackendSpec
 
 SLOW_S = 120.0  # seconds a host may take to mount, verify a checkpoint (torch.load, dcp.load) or finish
 POLL_EVERY_S = 0.1  # how often the hosts' ``latest`` pointers are read
@@ -40,10 +44,9 @@ def each_node(backend: Any, fn: Any, nodes: list[int] | None = None) -> list[Any
         return list(pool.map(fn, nodes))
 
 
-def fuse_status(spec: Any, make_link: Any) -> tuple[bool, str]:
-    """Whether disk faults can work on the hosts of ``spec`` (an SshBackendSpec): node-local
-    checkpoints, and FUSE on every host (its own ``chaos.disk.mount.fuse_status``, asked over SSH
-    through ``make_link(spec, node)``)."""
+def fuse_status(spec: SshBackendSpec) -> tuple[bool, str]:
+    """Whether disk faults can work on the hosts of ``spec``: node-local checkpoints, and FUSE on every
+    host (its own ``chaos.disk.mount.fuse_status``, asked over a link of its own); (ok, why not)."""
     if spec.checkpoint_dir is not None:
         return False, ("on backend ssh, disk faults need node-local checkpoints: leave backend.checkpoint_dir out "
                        "(a FUSE mount on each host over one shared directory would split its checkpoints)")
@@ -83,27 +86,32 @@ class HostMounts:
         self.hosts = [backend.links[n].name for n in sorted(backend.links)]
         self.mountpoint = f"{backend.spec.workdir}/{backend.run_id}-n<node>/checkpoints"
         self.log_path = f"events/disk.log on each host (under {backend.spec.workdir}/{backend.run_id}-n<node>)"
+        self.rules_path = f"control/disk-rules.json on each host (under {backend.spec.workdir}/{backend.run_id}-n<node>)"
         self._mounted: set[int] = set()
         self._unmounted: dict[str, Any] | None = None  # what the unmount at teardown said
         self._pending = False  # mount() was asked for, the hosts' daemons are not up yet
         self._queued: list[Any] = []  # rules added while pending
         backend.after_job_stopped(self._unmount_now)
 
-    def _call(self, node: int, op: str, **args: Any) -> Any:
-        return self.backend.links[node].call(op, timeout_s=SLOW_S, **args)
+    def where(self) -> dict[str, str]:
+        """The ``disk_mount`` event's ``on``: every host, mounted before the agents start."""
+        return {"on": "every host, before the agents start"}
+
+    def _ops(self, node: int) -> HostOps:
+        return cast(HostOps, self.backend.links[node].ops(SLOW_S))
 
     def _live(self) -> list[int]:
         """The mounted hosts whose session is up (a lost host's mount went with its daemon)."""
         return [n for n in sorted(self._mounted) if n in self.backend.links and not self.backend.links[n].closed.is_set()]
 
-    def _each_host(self, op: str, **args: Any) -> tuple[list[dict[str, Any]], list[str]]:
-        """``op`` on every live mounted host: (their answers, what failed, as ``host: why``). Never raises:
-        a host lost mid-run is a node gone, not the end of the run."""
+    def _each_host(self, ask: Callable[[HostOps], dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+        """``ask`` every live mounted host's daemon: (their answers, what failed, as ``host: why``). Never
+        raises: a host lost mid-run is a node gone, not the end of the run."""
         errors: list[str] = []
 
         def one(node: int) -> dict[str, Any] | None:
             try:
-                return dict(self._call(node, op, **args))
+                return dict(ask(self._ops(node)))
             except ChaosError as exc:
                 errors.append(f"{self.backend.links[node].name}: {exc}")
                 return None
@@ -125,7 +133,7 @@ class HostMounts:
 
         def one(node: int) -> None:
             try:
-                self._call(node, "disk_mount")
+                self._ops(node).disk_mount()
             except ChaosError as exc:
                 raise ChaosError(f"disk faults: host {self.backend.links[node].name}: {exc}") from exc
             self._mounted.add(node)
@@ -136,7 +144,7 @@ class HostMounts:
             self._pending = False
         self.backend.log.record("ssh_disk_mounts", hosts=self.hosts, mountpoint=self.mountpoint)
         for rule in self._queued:
-            done, errors = self._each_host("disk_add_rule", rule=rule.to_dict())
+            done, errors = self._add_on_hosts(rule)
             if errors or not all(d.get("confirmed") for d in done):
                 raise ChaosError(f"disk faults: rule {rule.id} not confirmed on every host: {'; '.join(errors)}")
         self._queued = []
@@ -151,7 +159,7 @@ class HostMounts:
 
     def _host_mounted(self, node: int) -> bool:
         try:
-            return bool(self._call(node, "disk_is_mounted"))
+            return bool(self._ops(node).disk_is_mounted())
         except ChaosError:
             return False
 
@@ -162,14 +170,18 @@ class HostMounts:
         if self._pending:
             self._queued.append(rule)
             return {"confirmed": True, "queued": True}
-        done, errors = self._each_host("disk_add_rule", rule=rule.to_dict())
+        done, errors = self._add_on_hosts(rule)
         return {"confirmed": bool(done) and not errors and all(d.get("confirmed") for d in done),
                 **({"errors": errors} if errors else {})}
+
+    def _add_on_hosts(self, rule: Any) -> tuple[list[dict[str, Any]], list[str]]:
+        payload = rule.to_dict()
+        return self._each_host(lambda h: h.disk_add_rule(rule=payload))
 
     def remove_rules(self, rule_id: str) -> dict[str, Any]:
         """Remove the rules ``rule_id`` on every host; what each counted, merged. Never raises."""
         self._queued = [r for r in self._queued if r.id != rule_id]
-        done, errors = self._each_host("disk_remove_rules", rule_id=rule_id)
+        done, errors = self._each_host(lambda h: h.disk_remove_rules(rule_id=rule_id))
         return {"removed": sum(int(d.get("removed") or 0) for d in done),
                 "counts": [c for d in done for c in d.get("counts") or []],
                 "confirmed": not errors and all(d.get("confirmed", True) for d in done),
@@ -189,7 +201,7 @@ class HostMounts:
 
     def _unmount_hosts(self) -> dict[str, Any]:
         names = {n: self.backend.links[n].name for n in self._live()}
-        done, errors = self._each_host("disk_unmount")
+        done, errors = self._each_host(lambda h: h.disk_unmount())
         errors += [f"{d.get('mountpoint', '?')}: {e}" for d in done for e in d.get("errors") or []]
         self._mounted.clear()
         return {"hosts": list(names.values()), "unmounted": done, **({"errors": errors} if errors else {})}
@@ -207,9 +219,8 @@ def newest_checkpoints(backend: Any, globs: list[str]) -> list[tuple[int, dict[s
 
     def one(node: int) -> tuple[int, dict[str, Any] | None]:
         try:
-            return node, backend.links[node].call("ckpt_newest", timeout_s=SLOW_S,
-                                                  checkpoint_dir=checkpoint_dir_on(backend, node),
-                                                  globs=[backend._map(node, g) for g in globs])
+            return node, backend.links[node].ops(SLOW_S).ckpt_newest(
+                checkpoint_dir=checkpoint_dir_on(backend, node), globs=[backend._map(node, g) for g in globs])
         except ChaosError:
             return node, None
 
@@ -241,8 +252,8 @@ def damage_checkpoint(backend: Any, spec: Any, globs: list[str]) -> dict[str, An
     def one(item: tuple[int, dict[str, Any]]) -> tuple[int, dict[str, Any]] | None:
         node, f = item
         try:
-            return node, dict(backend.links[node].call("ckpt_damage", timeout_s=SLOW_S,
-                                                       spec=spec.model_dump(mode="json"), path=f["path"]))
+            return node, dict(backend.links[node].ops(SLOW_S).ckpt_damage(spec=spec.model_dump(mode="json"),
+                                                                         path=f["path"]))
         except ChaosError as exc:
             errors.append(f"{backend.links[node].name}: {exc}")
             return None

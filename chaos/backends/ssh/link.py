@@ -18,9 +18,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from chaos.errors import CapabilityError, ChaosError
+from chaos.hostops import HostOps, Requests
 
 CONNECT_TIMEOUT_S = 10.0
 CALL_TIMEOUT_S = 30.0
@@ -34,7 +35,7 @@ def default_known_hosts() -> Path:
 
 
 class HostLink:
-    """A connection to ``address``; :meth:`connect` first. Thread-safe :meth:`call` once the daemon runs."""
+    """A connection to ``address``; :meth:`connect` first. Thread-safe :meth:`ops` once the daemon runs."""
 
     KIND = "ssh"  # the backend its errors name, and the scenario fields they point at
     KEY_FIELD = "backend.hosts[].key"
@@ -194,9 +195,14 @@ class HostLink:
             if fut is not None and not fut.done():
                 fut.set_exception(ChaosError(f"host {self.name}: {why}"))
 
-    def call(self, op: str, timeout_s: float = CALL_TIMEOUT_S, **args: Any) -> Any:
-        """Ask the daemon; its result. Raises :class:`~chaos.errors.ChaosError` naming the host if the op
-        failed there, the connection is gone, or no answer came within ``timeout_s`` seconds."""
+    def ops(self, timeout_s: float = CALL_TIMEOUT_S) -> HostOps:
+        """The daemon's operations (:class:`chaos.hostops.HostOps`), e.g. ``link.ops().time()``: each call
+        sends its request and waits up to ``timeout_s`` seconds for the answer. Each raises
+        :class:`~chaos.errors.ChaosError` naming the host if the operation failed there, the connection is
+        gone, or no answer came in time; TypeError for arguments its signature does not take."""
+        return cast(HostOps, Requests(self._request, timeout_s))
+
+    def _request(self, op: str, timeout_s: float, args: dict[str, Any]) -> Any:
         if self._channel is None or self.closed.is_set():
             raise ChaosError(f"host {self.name}: no host daemon (not started, or the connection is gone)")
         rid = next(self._ids)

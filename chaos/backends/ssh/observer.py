@@ -34,19 +34,22 @@ sessions end (``SshBackend.after_job_stopped``), and it takes each host's last e
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from chaos.backends.ssh.pids import host_pid_of
 from chaos.errors import ChaosError
 from chaos.history import Event, RunnerLog
+from chaos.hostops import HostOps
 from chaos.kinds import row
 from chaos.scenario import Trigger
 from chaos.scenario.blackbox import BlackboxSpec, resolve_pattern
 
 PID_FIELDS = ("pid", "host_pid")
 PATH_FIELDS = ("path", "reason", "line", "text")
+T = TypeVar("T")
 START_TIMEOUT_S = 120.0  # building a host's observer (importing torch there)
 POLL_TIMEOUT_S = 30.0
 POLL_EVERY_S = 0.02  # how often each host's observer is asked (the runner's own tick)
@@ -109,7 +112,7 @@ class HostsObserver:
 
     def _start(self, node: int) -> None:
         try:
-            self.backend.links[node].call("bb_start", timeout_s=START_TIMEOUT_S, **self._host_args(node))
+            self.backend.links[node].ops(START_TIMEOUT_S).bb_start(**self._host_args(node))
         except ChaosError as exc:
             self._failed.add(node)
             self.log.record("blackbox_host_error", node=node, op="bb_start", error=str(exc)[:500])
@@ -136,7 +139,7 @@ class HostsObserver:
         slow host (a delay fault on its interface) holds up the runner's loop."""
         link = self.backend.links[node]
         while not self._stop.is_set() and not link.closed.is_set():
-            got = self._call(node, "bb_poll")
+            got = self._call(node, lambda h: h.bb_poll())
             if got:
                 with self._lock:
                     self._inbox.append((node, got))
@@ -147,13 +150,13 @@ class HostsObserver:
         with self._lock:
             return sorted(n for n in self._ready if n in self.backend.links and not self.backend.links[n].closed.is_set())
 
-    def _call(self, node: int, op: str, timeout_s: float = POLL_TIMEOUT_S, **args: Any) -> Any:
-        """``op`` on ``node``'s host, or None (recorded as ``blackbox_host_error``; a host whose call
+    def _call(self, node: int, ask: Callable[[HostOps], T], timeout_s: float = POLL_TIMEOUT_S) -> T | None:
+        """``ask`` ``node``'s host daemon, or None (recorded as ``blackbox_host_error``; a host whose call
         timed out is asked again next time: a lost one's session is closed, host_lost says so)."""
         try:
-            return self.backend.links[node].call(op, timeout_s=timeout_s, **args)
+            return ask(self.backend.links[node].ops(timeout_s))
         except (ChaosError, KeyError) as exc:
-            self.log.record("blackbox_host_error", node=node, op=op, error=str(exc)[:500])
+            self.log.record("blackbox_host_error", node=node, error=str(exc)[:500])
             return None
 
     # -- an event of a host, made the runner's ------------------------------------------------------------
@@ -221,7 +224,7 @@ class HostsObserver:
                  if e.get("kind") == "fault_inject" and row(e.get("fault")).kills]
         if kills and self._final is None:
             for node in self._up():
-                self._call(node, "bb_after_faults", fired=kills)
+                self._call(node, lambda h: h.bb_after_faults(fired=kills))
 
     def _take_final(self, timeout_s: float) -> None:
         """Stop the job on every host (the backend's own ``teardown`` op), then take each observer's
@@ -234,10 +237,11 @@ class HostsObserver:
         early = self.poll()  # what the pollers took last
 
         def one(node: int) -> list[Event]:
-            done = self._call(node, "teardown", timeout_s=60)
+            done = self._call(node, lambda h: h.teardown(), timeout_s=60)
             if isinstance(done, dict) and done.get("killed"):
                 self.log.record("teardown_killed", node=node, host=self.backend.links[node].name, pids=done["killed"])
-            return self._merge(node, self._call(node, "bb_finish", timeout_s=timeout_s + 30, wait_s=timeout_s))
+            return self._merge(node, self._call(node, lambda h: h.bb_finish(wait_s=timeout_s),
+                                                timeout_s=timeout_s + 30))
 
         nodes = self._up()
         with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:  # every host at once, as the backend does

@@ -7,31 +7,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from chaos.backends.base import CheckpointMount, CheckpointWatch, MakeObserver
 from chaos.history import RunnerLog
+from chaos.scenario import CheckpointFault
 
 
 class SshHosts:
-    """The hosts of ``backend`` (an :class:`~chaos.backends.ssh.backend.SshBackend`, whose ``make_link`` it is
-    given), as :class:`chaos.backends.base.NodeHosts`."""
+    """The hosts of ``backend`` (an :class:`~chaos.backends.ssh.backend.SshBackend`), as
+    :class:`chaos.backends.base.NodeHosts`."""
 
-    def __init__(self, backend: Any, make_link: Any) -> None:
+    def __init__(self, backend: Any) -> None:
         self.backend = backend
-        self.make_link = make_link  # (spec, node) → an unopened HostLink to that host
 
     def fuse_status(self) -> tuple[bool, str]:
         """Whether disk faults can work on every host (node-local checkpoints and FUSE there)."""
         from chaos.backends.ssh.files import fuse_status
 
-        return fuse_status(self.backend.spec, self.make_link)
+        return fuse_status(self.backend.spec)
 
-    def checkpoint_mount(self) -> Any:
+    def checkpoint_mount(self) -> CheckpointMount:
         """``env.disk``: the disk fault's filesystem on every host (not yet mounted)."""
         from chaos.backends.ssh.files import HostMounts
 
         return HostMounts(self.backend)
 
-    def checkpoint_watcher(self, log: RunnerLog) -> Any:
-        """The checkpoint watcher the runner uses instead of its own: one on each host."""
+    def checkpoint_watcher(self, log: RunnerLog) -> CheckpointWatch:
+        """The checkpoint watcher: one on each host."""
         from chaos.backends.ssh.watch import HostsWatcher
 
         return HostsWatcher(self.backend, log)
@@ -42,14 +43,14 @@ class SshHosts:
 
         return newest_checkpoints(self.backend, globs)
 
-    def damage_checkpoint(self, spec: Any, globs: list[str]) -> dict[str, Any]:
+    def damage_checkpoint(self, spec: CheckpointFault, globs: list[str]) -> dict[str, Any]:
         """The ``checkpoint`` fault's damage to the newest checkpoint of all hosts."""
         from chaos.backends.ssh.files import damage_checkpoint
 
         return damage_checkpoint(self.backend, spec, globs)
 
-    def blackbox_observer(self) -> Any:
-        """The runner makes this instead of :class:`chaos.observe.observer.Observer`: one observer on each host."""
+    def blackbox_observer(self) -> MakeObserver:
+        """The black-box observer: one on each host (:class:`~chaos.backends.ssh.observer.HostsObserver`)."""
         from chaos.backends.ssh.observer import HostsObserver
 
         return HostsObserver

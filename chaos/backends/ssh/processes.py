@@ -41,7 +41,7 @@ class SshProcesses:
         return True
 
     def signal_agent(self, node: int, signum: int, wait_s: float) -> bool:
-        if self._agent.get(node) is None or not self.links[node].call("signal_agent", signum=int(signum)):
+        if self._agent.get(node) is None or not self.links[node].ops().signal_agent(signum=int(signum)):
             return False
         self._wait_exit(node, wait_s)
         return True
@@ -54,7 +54,7 @@ class SshProcesses:
         if n not in self.links or raw <= 0:
             return None
         try:
-            start = self.links[n].call("resolve", pid=raw)
+            start = self.links[n].ops().resolve(pid=raw)
         except ChaosError:
             return None
         if start is None:
@@ -73,7 +73,7 @@ class SshProcesses:
         node, pid = split_pid(host_pid)
         if node not in self.links or not self.same_process(host_pid, start):
             return False
-        return bool(self.links[node].call("signal", pid=pid, start=start, signum=int(signum)))
+        return bool(self.links[node].ops().signal(pid=pid, start=start, signum=int(signum)))
 
     def wait_gone(self, host_pids: dict[int, float | None], timeout_s: float) -> list[int]:
         deadline = time.monotonic() + timeout_s
@@ -88,7 +88,7 @@ class SshProcesses:
     def node_pids(self, node: int) -> list[int]:
         if node not in self.links:
             return []
-        found = self.links[node].call("processes")
+        found = self.links[node].ops().processes()
         for pid, start in found.items():
             if start is not None:
                 self._resolved.setdefault(host_pid_of(node, int(pid)), float(start))
@@ -99,14 +99,14 @@ class SshProcesses:
             raise ChaosError(f"node-crash: node {node} is not running")
         if node in self._frozen:
             self.thaw_node(node)
-        done = self.links[node].call("crash", signum=int(signum))
+        done = self.links[node].ops().crash(signum=int(signum))
         exited = self._wait_exit(node, wait_s)
         return {"node": node, "signal": signal.Signals(signum).name, "pids": [host_pid_of(node, p) for p in done["pids"]],
                 "host": self.links[node].name, "agent_exited": exited}
 
     def freeze_node(self, node: int) -> dict[str, Any]:
         self._frozen.add(node)
-        return {"node": node, "pids": [host_pid_of(node, p) for p in self.links[node].call("freeze")],
+        return {"node": node, "pids": [host_pid_of(node, p) for p in self.links[node].ops().freeze()],
                 "host": self.links[node].name}
 
     def thaw_node(self, node: int) -> dict[str, Any]:
@@ -114,7 +114,7 @@ class SshProcesses:
         link = self.links.get(node)
         if link is None or link.closed.is_set():
             return {"node": node, "thawed": False}
-        return {"node": node, "pids": [host_pid_of(node, p) for p in link.call("thaw")]}
+        return {"node": node, "pids": [host_pid_of(node, p) for p in link.ops().thaw()]}
 
 
 __all__ = ["SshProcesses"]

@@ -20,13 +20,13 @@ class HostExec:
 
     def exec(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` there; raises :class:`~chaos.errors.ChaosError` if it could not start or timed out."""
-        r = self.link.call("exec", timeout_s=timeout + 10, argv=argv, timeout=timeout)
+        r = self.link.ops(timeout + 10).exec(argv=argv, timeout=timeout)
         if r["rc"] is None:
             raise ChaosError(f"`{' '.join(argv)}` on {self.link.name}: {r['stderr']}")
         return subprocess.CompletedProcess(argv, int(r["rc"]), r["stdout"], r["stderr"])
 
     def spawn_ready(self, argv: list[str], ready: str, timeout: float) -> RemoteHelper:
-        r = self.link.call("spawn_ready", timeout_s=timeout + 10, argv=argv, ready=ready, timeout=timeout)
+        r = self.link.ops(timeout + 10).spawn_ready(argv=argv, ready=ready, timeout=timeout)
         if not r.get("ready"):
             raise ChaosError(f"`{' '.join(argv[:4])} …` on {self.link.name} (pid {r.get('pid')}) not ready after "
                              f"{timeout:g} s (exit {r.get('exit')}): {r.get('stderr', '')}")
@@ -49,7 +49,7 @@ class RemoteHelper:
         if self._stopped:
             return self.returncode
         try:
-            alive = bool(self.link.call("helper_alive", pid=self.pid))
+            alive = bool(self.link.ops().helper_alive(pid=self.pid))
         except ChaosError:
             alive = False
         if not alive:
@@ -59,7 +59,7 @@ class RemoteHelper:
     def terminate(self) -> None:
         if not self._stopped:
             try:
-                self.link.call("stop_helper", pid=self.pid)
+                self.link.ops().stop_helper(pid=self.pid)
             except ChaosError:
                 pass  # the daemon stops its helpers when it goes
             self._stopped, self.returncode = True, -15

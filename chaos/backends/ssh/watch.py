@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from chaos.backends.ssh.files import POLL_EVERY_S, SLOW_S, checkpoint_dir_on, each_node
 from chaos.backends.ssh.pids import split_pid
 from chaos.errors import ChaosError
 from chaos.history import Event, RunnerLog
+from chaos.hostops import HostOps
+
+T = TypeVar("T")
 
 WATCHED = ("checkpoint_save_begin", "checkpoint_saved", "checkpoint_load_begin")
 
@@ -65,8 +69,7 @@ class HostsWatcher:
             return False
         if node not in self._started:
             try:
-                self.backend.links[node].call("watch_start", timeout_s=SLOW_S,
-                                              checkpoint_dir=checkpoint_dir_on(self.backend, node))
+                self.backend.links[node].ops(SLOW_S).watch_start(checkpoint_dir=checkpoint_dir_on(self.backend, node))
             except ChaosError as exc:  # its checkpoints go unverified: the checks say unknown for want of events
                 self._failed.add(node)
                 self.log.record("checkpoint_watch_error", node=node, error=str(exc)[:500])
@@ -74,11 +77,13 @@ class HostsWatcher:
             self._started.add(node)
         return True
 
-    def _call(self, node: int, op: str, **args: Any) -> Any:
+    def _call(self, node: int, ask: Callable[[HostOps], T]) -> T | None:
+        """``ask`` the watcher of ``node``'s host (started first if need be), or None: recorded as
+        ``checkpoint_watch_error`` when the host went away."""
         try:
-            return self.backend.links[node].call(op, timeout_s=SLOW_S, **args) if self._ensure(node) else None
+            return ask(self.backend.links[node].ops(SLOW_S)) if self._ensure(node) else None
         except ChaosError as exc:  # the host went away: its checkpoints cannot be judged from here
-            self.log.record("checkpoint_watch_error", node=node, op=op, error=str(exc)[:500])
+            self.log.record("checkpoint_watch_error", node=node, error=str(exc)[:500])
             return None
 
     def _record(self, node: int, made: dict[str, Any] | None) -> Event | None:
@@ -109,7 +114,7 @@ class HostsWatcher:
             if self.backend.shared_checkpoints is not None and host_event.get("kind") == "checkpoint_load_begin" \
                     and path in self._saved_on:
                 node = self._saved_on[path]
-            made = self._call(node, "watch_observe", event=host_event)
+            made = self._call(node, lambda h: h.watch_observe(event=host_event))  # noqa: B023 (called at once)
             if self.backend.shared_checkpoints is not None and host_event.get("kind") == "checkpoint_saved" and made:
                 self._saved_on[str(path)] = node
             recorded = self._record(node, made)
@@ -129,7 +134,7 @@ class HostsWatcher:
         self._next_poll = now + POLL_EVERY_S
         nodes = [self.backend.spec.rdzv_node] if self.backend.shared_checkpoints else sorted(self._started)
         for node in nodes:
-            made = self._record(node, self._call(node, "watch_poll"))
+            made = self._record(node, self._call(node, lambda h: h.watch_poll()))
             if made is not None:
                 return made
         return None
@@ -151,7 +156,7 @@ class HostsWatcher:
     def _finish_hosts(self) -> list[Event]:
         out: list[Event] = []
         for node in sorted(self._started):
-            for made in self._call(node, "watch_finish") or []:
+            for made in self._call(node, lambda h: h.watch_finish()) or []:
                 recorded = self._record(node, made)
                 if recorded is not None:
                     out.append(recorded)
