@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chaos.capabilities import CAPABILITIES
+from chaos.gpuinfo import GpuInfo, gpu_info
 
 
 @dataclass
@@ -114,6 +115,37 @@ def findings() -> list[Finding]:
                     "a FUSE pass-through filesystem over the checkpoint directory"))
     out.append(_row("fault", "checkpoint (corrupt, truncate, delete-metadata)", None, "files edited on disk"))
     out.append(_row("fault", "gradient, parameter (SDC)", None, "in the probe, inside the target"))
+    return out + gpu_findings(gpu_info())
+
+
+NO_CUDA_MEANS = "gpu-hang and gpu-slow run on CPU as host stalls; NCCL's watchdog cases need CUDA"
+
+
+def gpu_findings(info: GpuInfo) -> list[Finding]:
+    """The ``gpu`` rows of :func:`findings`: devices, versions, and how each GPU fault runs here."""
+    n, why = len(info.devices), info.why_no_cuda
+    versions = (f"torch {info.torch}, CUDA {info.cuda or 'none (CPU build)'}, driver {info.driver or 'unknown'}, "
+                f"NCCL {info.nccl or 'none'}")
+    host = f"no CUDA device: {NO_CUDA_MEANS}" if why else ""
+    out = [
+        _row("gpu", "CUDA devices", None if n else f"no CUDA device: {why}; {NO_CUDA_MEANS}",
+             "; ".join(f"cuda:{g.index} {g.name} (sm {g.capability}, {g.memory_gib:g} GiB)" for g in info.devices)),
+        Finding("gpu", "torch, CUDA, driver, NCCL", "ok" if info.cuda else "missing", versions),
+        Finding("gpu", "gpu-hang, gpu-slow", "fallback" if why else "ok",
+                host or "torch.cuda._sleep on the rank's current stream (cycles from the device's clock)"),
+        _row("gpu", "comm-abort", None, "aborts the rank's default process group (gloo, or NCCL's communicators)"),
+        _row("gpu", "gil-hang", None, "a Python thread holds the GIL (NCCL's watchdog, a C++ thread, still runs)"),
+        _row("gpu", "NCCL watchdog, flight recorder", None if n and info.nccl else
+             (host or "this torch carries no NCCL"), "single-rank NCCL jobs can trip the watchdog (a hung kernel "
+             "before a collective)"),
+    ]
+    if n >= 2 and info.nccl:
+        out.append(Finding("gpu", "multi-rank NCCL", "ok", f"{n} GPUs: one NCCL rank per GPU"))
+    elif n == 1:
+        out.append(Finding("gpu", "multi-rank NCCL", "fallback", "one GPU: NCCL refuses two ranks on one device; "
+                           "multi-rank jobs use gloo over CUDA tensors"))
+    else:
+        out.append(Finding("gpu", "multi-rank NCCL", "missing", host or "this torch carries no NCCL"))
     return out
 
 

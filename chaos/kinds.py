@@ -110,6 +110,22 @@ KINDS: tuple[Kind, ...] = (
     Kind("parameter", "SDC: a bitflip in one rank's weight in memory after the optimizer step; carried out by "
          "the probe", family="sdc", explore_order=10, in_process=True,
          impl="chaos.faults.sdc:InProcess"),
+    Kind("gpu-hang", "stall one rank's device for duration_s at the start of a step (CUDA: a spinning kernel, "
+         "torch.cuda._sleep; CPU: the training thread sleeps), so its next collective never starts; carried out by "
+         "the probe", family="device", in_process=True, disrupts=True, cuts=True,
+         impl="chaos.faults.sdc:InProcess"),
+    Kind("gpu-slow", "make one rank's every step from N on delay_ms slower before its forward (CUDA: a spinning "
+         "kernel; CPU: a sleep): a straggler; carried out by the probe", family="device", in_process=True,
+         disrupts=True,
+         impl="chaos.faults.sdc:InProcess"),
+    Kind("comm-abort", "abort one rank's default process group at the start of a step (NCCL: "
+         "_abort_process_group; gloo: its connections shut), so its next collective raises; carried out by the "
+         "probe", family="device", in_process=True, kills=True,
+         impl="chaos.faults.sdc:InProcess"),
+    Kind("gil-hang", "a thread of one rank holds the GIL for duration_s (one C call that keeps it): the Python "
+         "training thread stops, C++ threads run on; carried out by the probe", family="device", in_process=True,
+         disrupts=True, cuts=True,
+         impl="chaos.faults.sdc:InProcess"),
 )
 
 BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}  # the built-in rows

@@ -1,6 +1,7 @@
 """Deterministic DDP classifier on scikit-learn's bundled digits (1,797 8x8 images, 10 classes).
 
-A real data-parallel training job for chaos to break: gloo on CPU, launched by ``torchrun``. It is
+A real data-parallel training job for chaos to break: gloo on CPU (``--device cuda``, with gloo or
+``--backend nccl``, runs it on GPUs deterministically: ``devices.py``), launched by ``torchrun``. It is
 deterministic (fixed seed, ``DistributedSampler`` with ``set_epoch``, per-rank torch RNG state and
 the data position in the checkpoint), so a run killed and restored ends bitwise equal to a run with
 no faults at the same world size.
@@ -16,6 +17,7 @@ Deliberately broken modes, for testing the checks themselves (``--broken``, repe
   no-collective-timeout ignore --timeout-s (torch's default, 30 min): a paused peer blocks the others
   no-verify             (--ckpt-format dir) load what `latest` names without checking marker or digest
   latest-before-durable (--ckpt-format dir) move `latest` before the data is written (torchtitan#930)
+  straggler-detect-wrong-rank  (--straggler-detect N) name the fastest rank, not the slow one
 
 Checkpoint formats: ``file`` (default; ``ckpt-<step>.pt``, atomic rename) and ``dir``
 (``step-<step>/`` with a ``.metadata`` commit marker and a ``latest`` pointer, verified on load with
@@ -40,9 +42,10 @@ import os
 import re
 import sys
 import time
-from datetime import timedelta
 
+import devices  # noqa: E402  (next to this script)
 import dircheckpoint  # noqa: E402  (next to this script)
+import straggler_detect  # noqa: E402  (next to this script)
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -54,7 +57,7 @@ from chaos.probe import sdc
 from chaos.probe.detectors import SdcDetectors
 
 BROKEN_MODES = ("non-atomic-save", "no-rng-restore", "no-optimizer-restore", "no-collective-timeout", "no-verify",
-                "latest-before-durable")
+                "latest-before-durable", straggler_detect.BROKEN)
 CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")
 
 
@@ -82,8 +85,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--async-save", action="store_true", help="(dir) write checkpoints on a background thread")
     ap.add_argument("--step-time-ms", type=float, default=0.0,
                     help="pad every step to at least this long, ms (a bigger model's compute; 0: none)")
+    devices.add_arguments(ap)
+    straggler_detect.add_arguments(ap)
     ap.add_argument("--broken", action="append", default=[], choices=BROKEN_MODES)
-    return ap.parse_args(argv)
+    return devices.checked(ap, ap.parse_args(argv))
 
 
 def build_model() -> nn.Module:
@@ -166,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     p = probe.get()
     timeout_s = 1800.0 if "no-collective-timeout" in args.broken else args.timeout_s
-    dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+    device = devices.start(args.device, args.backend, timeout_s)  # the default process group; this rank's device
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)
     # torch.use_deterministic_algorithms(True) without its import of torch._inductor (~1.3 s per worker
@@ -175,10 +180,10 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed + rank)  # per-rank RNG stream (dropout)
     os.makedirs(args.checkpoint_dir, exist_ok=True)
 
-    train, test = load_data(args.seed)
+    train, test = (devices.to_device(d, device) for d in load_data(args.seed))
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed, drop_last=True)
     steps_per_epoch = len(sampler) // args.batch_size
-    model = DistributedDataParallel(build_model())
+    model = DistributedDataParallel(build_model().to(device), device_ids=devices.device_ids(device))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.steps)
     loss_fn = nn.CrossEntropyLoss()
@@ -189,6 +194,8 @@ def main(argv: list[str] | None = None) -> None:
     det = SdcDetectors(p, model, nonfinite="nonfinite" in args.sdc_detectors, spike="spike" in args.sdc_detectors,
                        digest_every=args.replica_digest_every if "digest" in args.sdc_detectors else 0,
                        replay="replay" in args.sdc_detectors, fused=args.sdc_fused)
+    strag = straggler_detect.StragglerDetector(p, args.straggler_detect, straggler_detect.BROKEN in args.broken,
+                                               cuda=device.type == "cuda")
 
     def load(path: str, data: bytes | None = None) -> tuple[int, int, int]:
         """Restore model, optimizer, scheduler, RNG and data position; returns (step, epoch, batch)."""
@@ -197,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
             if data is None:
                 with open(path, "rb") as f:
                     data = f.read()
-            state = torch.load(io.BytesIO(data), weights_only=False)
+            state = torch.load(io.BytesIO(data), weights_only=False, map_location="cpu")  # RNG states stay on the host
         except Exception as exc:
             p.checkpoint_load_failed(path, f"{type(exc).__name__}: {exc}")
             raise
@@ -209,12 +216,12 @@ def main(argv: list[str] | None = None) -> None:
         if "no-rng-restore" not in args.broken:
             saved_world, pos = state["world_size"], state["data_position"]
             if saved_world == world:
-                torch.set_rng_state(state["rng"][rank])
+                devices.set_rng_state(state["rng"][rank], device)
                 position = (pos["epoch"], pos["batch"])
             else:  # re-shard: skip the prefix of the epoch's permutation the old world consumed
                 consumed = pos["batch"] * args.batch_size * saved_world
                 position = (pos["epoch"], -(-consumed // (args.batch_size * world)))
-                torch.set_rng_state(state["rng"][rank % saved_world])
+                devices.set_rng_state(state["rng"][rank % saved_world], device)
                 p.emit("resharded", step=state["step"], from_world_size=saved_world, world_size=world,
                        samples_consumed=consumed, batch=position[1])
         p.checkpoint_loaded(state["step"], path, probe.bytes_digest(data), world_size=world)
@@ -300,25 +307,27 @@ def main(argv: list[str] | None = None) -> None:
             x, y = train.tensors[0][batch], train.tensors[1][batch]
             step_no = step + 1
             step_began = time.monotonic()
+            strag.begin_step()
             inj.begin_step(step_no)
             det.begin_step(step_no)
             model.train()
-            rng_before = torch.get_rng_state()
+            rng_before = devices.rng_state(device)
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
+            strag.forward_done()  # this rank's compute, from the step's start: before the all-reduce
             det.before_backward(loss)  # the loss rides in the gradient all-reduce with the detectors' flags
             loss.backward()
             inj.after_backward()
             alarms = det.check_gradients(loss)
             if det.replay and not alarms:
-                rng_after = torch.get_rng_state()
+                rng_after = devices.rng_state(device)
 
-                def recompute(rb: torch.Tensor = rng_before, ra: torch.Tensor = rng_after,
+                def recompute(rb: object = rng_before, ra: object = rng_after,
                               xb: torch.Tensor = x, yb: torch.Tensor = y) -> None:
                     opt.zero_grad(set_to_none=True)
-                    torch.set_rng_state(rb)  # the same dropout masks as the step being checked
+                    devices.set_rng_state(rb, device)  # the same dropout masks as the step being checked
                     loss_fn(model(xb), yb).backward()
-                    torch.set_rng_state(ra)
+                    devices.set_rng_state(ra, device)
 
                 alarms = det.check_replay(recompute)
             if alarms and det.world > 2:
@@ -335,12 +344,13 @@ def main(argv: list[str] | None = None) -> None:
             step, b = step_no, b + 1
             digest = args.digest_every and (step % args.digest_every == 0 or step == args.steps)
             p.step(step, loss=loss.item(), params=model.parameters() if digest else None)
+            strag.end_step(step)
             rolled_back = react(det.check_replicas(), step)
             if rolled_back:
                 break
             if step % args.checkpoint_every == 0 or step == args.steps:
                 rng = [torch.empty(0, dtype=torch.uint8) for _ in range(world)]
-                dist.all_gather_object(rng, torch.get_rng_state())
+                dist.all_gather_object(rng, devices.rng_state(device))
                 if rank == 0:
                     state = {
                         "model": model.module.state_dict(),

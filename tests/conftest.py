@@ -8,7 +8,7 @@ import pytest
 
 from tests import tiers
 
-pytest_plugins = ["tests.timeouts"]  # a time limit on every test
+pytest_plugins = ["tests.timeouts", "tests.gpu_marker"]  # a time limit on every test; the gpu marker's skip
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"
 
@@ -116,7 +116,8 @@ TIMING = ("tests/net/", "tests/disk/", "tests/e2e/test_nodes.py", "tests/e2e/tes
           "tests/e2e/test_fsdp2.py",  # a disk stall during an async save
           "tests/e2e/test_torchft.py",  # stall bounds of the surviving replica group
           "tests/ssh/",  # real sshd hosts with network faults
-          "tests/slurm/")  # a real Slurm cluster, with network faults
+          "tests/slurm/",  # a real Slurm cluster, with network faults
+          "tests/gpu/")  # watchdog bounds and straggler slowdowns on a GPU (skipped without one)
 EXCLUSIVE = ("tests/e2e/test_cleanup.py", "tests/e2e/test_soak.py")
 
 

@@ -9,7 +9,8 @@ from chaos import plugins as _plugins
 # black-box variants (chaos.checks.blackbox), then the rest
 from chaos.checks import completion  # noqa: F401
 from chaos.checks import blackbox as _blackbox_checks  # noqa: F401
-from chaos.checks import durability, equivalence, hang, regroup, replica_groups, replicas, restore, sdc, speed, writers  # noqa: F401
+from chaos.checks import durability, equivalence, hang, regroup, replica_groups, replicas, restore, sdc, speed  # noqa: F401
+from chaos.checks import straggler, writers  # noqa: F401
 # isort: on
 from chaos.checks.base import CHECKS, CheckContext, CheckDef, Reference, Verdict, run_check
 

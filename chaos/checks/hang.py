@@ -5,6 +5,10 @@ A worker's *silence* is the time between two of its events (or between its last 
 exit). Silence while a ``pause`` fault holds that rank is the fault's, not the job's, and is not
 counted. The bound is the collective timeout (``timeout_s``, default the target's
 ``collective_timeout_s``) plus ``slack_s`` (default 10 s) for the failure to reach the probe.
+
+On NCCL it says when the job's watchdog is off (the ``watchdog`` of the probe's ``collective_timeout``
+event), and wherever the workers left flight recorder dumps it names the stuck collective (the runner's
+``flight_recorder`` event): :mod:`chaos.checks.watchdog`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaos.checks.base import CheckContext, Verdict, check, is_blackbox, require
+from chaos.checks.watchdog import flight_note, watchdog_note
 from chaos.history import Event, History
 from chaos.kinds import row
 from chaos.logtext import brief
@@ -194,7 +199,7 @@ def no_hang(history: History, ctx: CheckContext) -> Verdict:
     timeout = bound - float(ctx.params.get("slack_s", DEFAULT_SLACK_S))
     source = " — the job's own, recorded by the probe" if declared is None else ""
     what = f"the bound {bound:g} s (collective timeout {timeout:g} s{source} + slack {bound - timeout:g} s)"
-    note = timeout_note(declared, recorded)
+    note = timeout_note(declared, recorded) + watchdog_note(history) + flight_note(history)
     hung = history.first("hang_detected")
     deadline = history.first("deadline_exceeded")
     stopped: Event | None = hung or (deadline if deadline and deadline.get("stuck_ranks") else None)

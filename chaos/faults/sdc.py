@@ -1,7 +1,9 @@
-"""In-process faults (silent data corruption): the probe inside the target carries them out.
+"""In-process faults: the probe inside the target carries them out. Silent data corruption (gradient,
+parameter) and the device faults (gpu-hang, gpu-slow, comm-abort, gil-hang: :mod:`chaos.probe.device_faults`).
 
 The runner only passes them to the workers (``$CHAOS_SDC``, see :mod:`chaos.probe.sdc`) and learns
-that one fired from the worker's ``sdc_inject`` event; there is nothing to inject or heal from outside.
+that one fired from the worker's ``sdc_inject`` or ``device_fault`` event; there is nothing to inject or
+heal from outside.
 """
 
 from __future__ import annotations
@@ -11,17 +13,20 @@ from typing import Any
 from chaos.errors import ChaosError
 from chaos.faults.base import FaultEnv, SpecFault
 from chaos.scenario import GradientFault, ParameterFault
+from chaos.scenario.device_faults import DeviceFaultSpec
+
+ProbeFaultSpec = GradientFault | ParameterFault | DeviceFaultSpec
 
 
 class InProcess(SpecFault):
-    """Runner-side handle of a gradient or parameter fault."""
+    """Runner-side handle of a fault the probe carries out (SDC or device)."""
 
     instant = True
     in_process = True
 
-    def __init__(self, spec: GradientFault | ParameterFault, fault_id: str) -> None:
+    def __init__(self, spec: ProbeFaultSpec, fault_id: str) -> None:
         super().__init__(spec, fault_id)
-        self.spec: GradientFault | ParameterFault = spec
+        self.spec: ProbeFaultSpec = spec
 
     def ranks(self, env: FaultEnv) -> set[int] | None:
         return {self.spec.select.rank} if self.spec.select.rank is not None else None

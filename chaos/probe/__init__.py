@@ -39,7 +39,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from chaos.probe.flight import dump_after_error
+from chaos.probe.hostbytes import host_chunks
 from chaos.probe.journal import EventFile
+from chaos.probe.nccl import watchdog_settings
 
 __all__ = ["Probe", "get", "param_digest", "bytes_digest", "dir_digest", "local_tensor"]
 
@@ -56,20 +59,17 @@ def param_digest(params: Iterable[Any]) -> str:
     """Bitwise digest of tensors (e.g. ``model.parameters()``), as a 16-hex-digit string.
 
     Two digests are equal iff, with overwhelming probability, every element of every tensor is
-    bitwise equal, in the same order and shapes. Costs one BLAKE2b pass over the tensors' bytes.
+    bitwise equal, in the same order and shapes. Costs one BLAKE2b pass over the tensors' bytes; the
+    digest of tensors on a GPU equals that of the same bits on the CPU, read with one device-to-host
+    copy per chunk of tensors (:func:`chaos.probe.hostbytes.host_chunks`), not one per tensor.
 
     A sharded tensor (a ``DTensor``, as FSDP2's ``fully_shard`` makes every parameter) counts as this
     rank's local shard (``to_local()``): a sharded model's digest is per rank, no collective is run,
     and it equals the digest of the same rank in another run at the same world size and sharding.
     """
-    import torch
-
     h = hashlib.blake2b(digest_size=8)
-    for p in params:
-        t = local_tensor(p).detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        h.update(t.contiguous().view(-1).view(torch.uint8).numpy().data)
+    for chunk in host_chunks(local_tensor(p) for p in params):  # CUDA tensors: one copy per chunk, not per tensor
+        h.update(chunk)
     return h.hexdigest()
 
 
@@ -133,6 +133,7 @@ class Probe:
         self._last_step: int | None = None
         self._gates: dict[tuple[str, int], str] = {}
         self._timeout_recorded = False
+        self._compute: tuple[int, float] | None = None  # (step, ms) for the next step event (note_compute)
         self._file: EventFile | None = None
         if not self.enabled:
             return
@@ -215,13 +216,20 @@ class Probe:
         """Record that training step ``step`` (1-based, counted globally) completed.
 
         ``loss`` is the step's loss; ``params`` (e.g. ``model.parameters()``) adds a bitwise
-        parameter ``digest``. A gate at this step blocks here, after the step's update.
+        parameter ``digest``; a compute time noted since the last step event (:meth:`note_compute`) adds
+        ``compute_ms`` (and ``compute_ms_step`` when it is another step's). A gate at this step blocks
+        here, after the step's update.
         """
         if not self.enabled:
             return
         if type(step) is not int:
             step = _whole(step)
         self._last_step = step
+        if self._compute is not None:
+            (of, ms), self._compute = self._compute, None
+            fields["compute_ms"] = round(ms, 3)
+            if of != step:
+                fields["compute_ms_step"] = of
         if not self._timeout_recorded:
             self._record_collective_timeout()
         if params is not None or fields or type(step) is not int or self._file is None:
@@ -233,10 +241,18 @@ class Probe:
         if self._gates:
             self._gate("step", step)
 
+    def note_compute(self, step: int, ms: float) -> None:
+        """This rank's own compute in step ``step`` took ``ms`` milliseconds (from the step's start to the end
+        of its first forward: :class:`chaos.probe.compute.ComputeTimer`). The next :meth:`step` event carries
+        it as ``compute_ms`` and then forgets it; a later note replaces one not yet carried."""
+        self._compute = (step, float(ms))
+
     def _record_collective_timeout(self) -> None:
         """Once, at the first step: record the default process group's effective collective timeout
         (``collective_timeout`` event, ``timeout_s`` in seconds; torch's default is 1800 s when the job
-        passes none to ``init_process_group``). Nothing when torch.distributed is not initialized."""
+        passes none to ``init_process_group``) and, on NCCL, its watchdog settings (``watchdog``:
+        :func:`chaos.probe.nccl.watchdog_settings`; None on another backend). Nothing when torch.distributed
+        is not initialized."""
         self._timeout_recorded = True
         dist = sys.modules.get("torch.distributed")
         try:
@@ -247,8 +263,9 @@ class Probe:
             group = dist.distributed_c10d._get_default_group()
             for device in sorted(group._device_types, key=lambda d: d.type != "cuda"):
                 timeout = group._get_backend(torch.device(device.type)).options._timeout
-                self.emit("collective_timeout", timeout_s=timeout.total_seconds(), backend=str(dist.get_backend()),
-                          device=device.type)
+                backend = str(dist.get_backend())  # NCCL's watchdog settings as this process's environment sets them
+                self.emit("collective_timeout", timeout_s=timeout.total_seconds(), backend=backend, device=device.type,
+                          watchdog=watchdog_settings(os.environ) if "nccl" in backend.lower() else None)
                 return
         except Exception as exc:  # a torch without these internals: say nothing rather than break the job
             self.emit("collective_timeout", timeout_s=None, error=f"{type(exc).__name__}: {exc}"[:200])
@@ -301,6 +318,9 @@ class Probe:
             self.exit("exited", exit_code=self._exit_code if isinstance(self._exit_code, int) else 1)
 
     def _excepthook(self, exc_type: Any, exc: BaseException, tb: Any) -> None:
+        dumped = dump_after_error(os.environ)  # gloo's flight recorder, where torch writes no dump itself
+        if dumped is not None:
+            self.emit("flight_recorder_dump", path=dumped, by="probe")
         self.exit("error", error=f"{exc_type.__name__}: {exc}"[:2000])
         self._prev_excepthook(exc_type, exc, tb)
 

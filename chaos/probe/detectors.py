@@ -71,18 +71,29 @@ from torch.nn.parallel import DistributedDataParallel
 
 from chaos.probe import Probe, local_tensor
 from chaos.probe.fused import FUSABLE_DTYPES, GradientChannel
+from chaos.probe.hostbytes import host_chunks
 
 Alarm = dict[str, Any]
 
 
 def replica_digest(params: list[torch.Tensor]) -> int:
-    """A 63-bit CRC-based digest of the parameters' bytes (cheap enough to run every few steps)."""
+    """A 63-bit CRC-based digest of the parameters' bytes (cheap enough to run every few steps); the same
+    for the same bits on the CPU or a GPU (read with one device-to-host copy per chunk, not per tensor)."""
     crc, adler = 0, 1
-    for p in params:
-        data = p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+    for data in host_chunks(params):
         crc = zlib.crc32(data, crc)
         adler = zlib.adler32(data, adler)
     return ((crc << 31) ^ adler) & ((1 << 63) - 1)
+
+
+def comm_device() -> torch.device:
+    """Where the detectors' own small collectives keep their tensors: the host, unless the default process
+    group cannot carry host tensors (NCCL alone: then this rank's current CUDA device)."""
+    try:
+        types = {d.type for d in dist.distributed_c10d._get_default_group()._device_types}
+    except Exception:  # a torch without these internals: the host, as gloo wants
+        return torch.device("cpu")
+    return torch.device("cpu") if "cpu" in types or "cuda" not in types else torch.device("cuda", torch.cuda.current_device())
 
 
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -141,6 +152,7 @@ class SdcDetectors:
                  z_threshold: float = 8.0, fused: bool = False) -> None:
         self.probe = probe
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.device = comm_device()  # of the numbers the detectors gather (host tensors, unless NCCL alone)
         module = getattr(model, "module", model)
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.sharded = any(local_tensor(p) is not p for p in self.params)
@@ -246,9 +258,10 @@ class SdcDetectors:
         post_sq = self._post_sq()
         loss_v = float(loss.detach())
         mine = torch.tensor([float(local_bad), float(not math.isfinite(post_sq) or not math.isfinite(loss_v)),
-                             local_sq, post_sq, loss_v], dtype=torch.float64)
+                             local_sq, post_sq, loss_v], dtype=torch.float64, device=self.device)
         rows = [torch.zeros_like(mine) for _ in range(self.world)]
         dist.all_gather(rows, mine)
+        rows = [t.cpu() for t in rows]
         return [(float(t[0]) > 0, float(t[1]) > 0, log_norm(float(t[2])), log_norm(float(t[3])), log_loss(float(t[4])))
                 for t in rows]
 
@@ -333,9 +346,11 @@ class SdcDetectors:
             d = (s.double() - local_tensor(p.grad).double()).abs()
             finite = d[torch.isfinite(d)]
             diff = max(diff, float(finite.max()) if finite.numel() else math.inf)
-        flag = torch.tensor([float(differs), diff if math.isfinite(diff) else -1.0], dtype=torch.float64)
+        flag = torch.tensor([float(differs), diff if math.isfinite(diff) else -1.0], dtype=torch.float64,
+                            device=self.device)
         rows = [torch.zeros_like(flag) for _ in range(self.world)]
         dist.all_gather(rows, flag)
+        rows = [t.cpu() for t in rows]
         bad = [r for r in range(self.world) if rows[r][0] > 0]
         for s, p in zip(saved, self.params, strict=True):  # apply what the step computed first; the caller reacts
             if s is not None and p.grad is not None:
@@ -354,8 +369,9 @@ class SdcDetectors:
             report, self._pending = self._pending, None
             bad, x = report if report is not None else (False, 0.0)
             mine += [int(report is not None), int(bad), int(torch.tensor([x], dtype=torch.float64).view(torch.int64))]
-        rows = [torch.zeros(len(mine), dtype=torch.int64) for _ in range(self.world)]
-        dist.all_gather(rows, torch.tensor(mine, dtype=torch.int64))
+        rows = [torch.zeros(len(mine), dtype=torch.int64, device=self.device) for _ in range(self.world)]
+        dist.all_gather(rows, torch.tensor(mine, dtype=torch.int64, device=self.device))
+        rows = [t.cpu() for t in rows]
         alarms = [] if self.channel is None else self._deferred(
             [(bool(t[1]), bool(t[2]), float(t[3:4].view(torch.float64))) for t in rows], self._checked)
         digests = [int(t[0]) for t in rows]

@@ -19,7 +19,13 @@ gradient after its reduce-scatter, so no hook sees the rank's own gradient befor
 A fault with ``steps: N`` fires on N step executions (persistent); ``steps: 1`` is transient. A step
 executed again after a rollback counts as a new execution, so a transient fault does not come back.
 The injector draws its choices from its own seeded ``random.Random`` and never touches torch's RNG,
-so injecting does not change the job's data order or dropout masks.
+so injecting does not change the job's data order or dropout masks. A CUDA tensor is corrupted on its
+device (index, mask and noise tensors made there); only the few values the event shows are copied to the host.
+
+The injector also carries out this rank's device faults (gpu-hang, gpu-slow, comm-abort, gil-hang:
+:mod:`chaos.probe.device_faults`) at the start of their step, and times each step's own compute (from
+:meth:`Injector.begin_step` to the end of the model's first forward: :mod:`chaos.probe.compute`), which the
+next ``step`` event carries as ``compute_ms``.
 
 Usage in a training loop::
 
@@ -43,6 +49,8 @@ from typing import Any
 import torch
 
 from chaos.probe import Probe, local_tensor
+from chaos.probe.compute import ComputeTimer
+from chaos.probe.device_faults import DEVICE_KINDS, DeviceFault, DeviceFaults
 
 BITS = {"sign": 31, "exponent": 30, "mantissa": 0}
 MODES = ("bitflip", "nan", "inf", "scale", "noise")
@@ -78,18 +86,23 @@ class SdcFault:
 def _flip(values: torch.Tensor, bit: int) -> torch.Tensor:
     if values.dtype != torch.float32:
         raise TypeError(f"bitflip supports float32 tensors, got {values.dtype}")
-    mask = torch.tensor(-(1 << 31) if bit == 31 else (1 << bit), dtype=torch.int32)
+    mask = torch.tensor(-(1 << 31) if bit == 31 else (1 << bit), dtype=torch.int32, device=values.device)
     return (values.view(torch.int32) ^ mask).view(torch.float32)
 
 
 class Injector:
-    """Applies this rank's SDC faults. Every method is a no-op when there is nothing to inject."""
+    """Applies this rank's SDC faults (``faults``) and device faults (``device_faults``), and times its steps'
+    compute (when the probe is enabled). Every method is a no-op when there is nothing to inject."""
 
-    def __init__(self, probe: Probe, model: torch.nn.Module, faults: list[SdcFault]) -> None:
+    def __init__(self, probe: Probe, model: torch.nn.Module, faults: list[SdcFault],
+                 device_faults: list[DeviceFault] | None = None) -> None:
         self.probe = probe
         self.rank = probe.rank
         module = getattr(model, "module", model)
         self.params: dict[str, torch.nn.Parameter] = dict(module.named_parameters())
+        device = next(iter(self.params.values())).device if self.params else None
+        self.device_faults = DeviceFaults(probe, device_faults or [], device)
+        self.timer = ComputeTimer(probe, module, device) if probe.enabled else None
         self.faults = []
         for f in faults:
             if f.rank != self.rank:
@@ -120,12 +133,19 @@ class Injector:
     def from_env(cls, probe: Probe, model: torch.nn.Module) -> Injector:
         """The injector for ``$CHAOS_SDC`` (empty outside a chaos run)."""
         raw = os.environ.get("CHAOS_SDC", "[]") if probe.enabled else "[]"
-        return cls(probe, model, [SdcFault.from_json(f) for f in json.loads(raw)])
+        entries = json.loads(raw)
+        return cls(probe, model, [SdcFault.from_json(f) for f in entries if f.get("kind") not in DEVICE_KINDS],
+                   [DeviceFault.from_json(f) for f in entries if f.get("kind") in DEVICE_KINDS])
 
     def begin_step(self, step: int) -> None:
-        """Step ``step`` (1-based) begins; call before its forward pass."""
+        """Step ``step`` (1-based) begins; call before its forward pass. Starts the step's compute timing,
+        then carries out the device faults due at it (a gpu-hang or gil-hang stalls the caller here)."""
+        if self.timer is not None:
+            self.timer.begin(step)
         self.step = step
         self.execution += 1
+        if self.device_faults.faults:
+            self.device_faults.begin_step(step)
 
     def _due(self, kind: str, where: str | None = None) -> list[SdcFault]:
         return [
@@ -175,7 +195,7 @@ class Injector:
         flat = tensor.view(-1)
         count = max(1, round(f.fraction * flat.numel())) if f.fraction is not None else min(f.elements, flat.numel())
         indices = sorted(rng.sample(range(flat.numel()), count)) if count < flat.numel() else list(range(flat.numel()))
-        idx = torch.tensor(indices, dtype=torch.long)
+        idx = torch.tensor(indices, dtype=torch.long, device=flat.device)
         old = flat[idx].clone()
         if f.mode == "bitflip":
             new = _flip(old, f.bit)
@@ -186,7 +206,7 @@ class Injector:
         elif f.mode == "scale":
             new = old * f.factor
         elif f.mode == "noise":
-            noise = torch.tensor([rng.gauss(0.0, 1.0) for _ in indices], dtype=old.dtype)
+            noise = torch.tensor([rng.gauss(0.0, 1.0) for _ in indices], dtype=old.dtype, device=old.device)
             new = old * (1 + f.magnitude * noise)
         else:
             raise ValueError(f"unknown SDC mode {f.mode!r}; use one of {MODES}")
@@ -197,6 +217,6 @@ class Injector:
         self.probe.emit(
             "sdc_inject", step=self.step, fault_id=f.id, fault=f.kind, mode=f.mode, where=f.where if f.kind == "gradient"
             else "parameter", param=name, elements=len(indices), indices=indices[:shown],
-            old=[float(v) for v in old[:shown]], new=[float(v) for v in new[:shown]],
+            old=[float(v) for v in old[:shown].tolist()], new=[float(v) for v in new[:shown].tolist()],
             bit=f.bit if f.mode == "bitflip" else None, injection=f.fired, of=f.steps,
         )

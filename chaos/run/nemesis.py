@@ -31,6 +31,8 @@ from chaos.scenario import Scenario
 __all__ = ["GATE_GIVE_UP_S", "Nemesis", "traits_of"]
 
 SDC_DETAILS = ("mode", "where", "param", "elements", "indices", "old", "new", "bit", "injection", "of")
+DEVICE_DETAILS = ("device", "how", "duration_ms", "injection", "of")  # a device_fault event's (gpu-hang, ...)
+PROBE_FIRED = {"sdc_inject": SDC_DETAILS, "device_fault": DEVICE_DETAILS}  # probe event → the details it gives
 
 
 def traits_of(fault: Fault) -> Traits:
@@ -178,11 +180,11 @@ class Nemesis:
     def observe(self, event: Event) -> Event | None:
         """Take note of a probe event; returns the runner event it caused, if any."""
         kind = event.get("kind")
-        if kind == "sdc_inject":
+        if kind in PROBE_FIRED:  # the probe carried out an in-process fault
             e = self.schedule.probe_fired(event.get("fault_id"), event["t"])
             if e is None:
                 return None
-            details = {k: event.get(k) for k in SDC_DETAILS}
+            details = {k: event.get(k) for k in PROBE_FIRED[kind]}
             return self._record("fault_inject", fault_id=e.id, fault=self.specs[e.index].fault,
                                 description=e.description, step=event.get("step"), ranks=[event.get("rank")],
                                 pids=[event.get("pid")], in_process=True, **details)

@@ -1,8 +1,9 @@
 """Fault-free reference runs, cached by what determines their result.
 
 The key covers the bytes of the target script and of the local modules it imports, its arguments,
-steps, seed, environment, working directory and interpreter, the backend's topology, and the torch
-and Python versions, so a cached reference is reused only when the same job would be run again.
+steps, seed, environment, working directory and interpreter, the backend's topology, the torch
+and Python versions and the GPU models, so a cached reference is reused only when the same job would be
+run again.
 The cache lives in ``$CHAOS_CACHE_DIR`` (default ``~/.cache/chaos``); a file lock makes concurrent
 runs share one reference instead of racing.
 """
@@ -24,6 +25,7 @@ from chaos.checks import REFERENCE_CHECKS
 from chaos.checks.base import Reference
 from chaos.checks.equivalence import final_checkpoint, final_digests, step_digests
 from chaos.dcpcheck import is_dcp
+from chaos.gpuinfo import gpu_models
 from chaos.history import History
 from chaos.paths import cache_dir, stat_files
 from chaos.scenario import CheckSpec, Scenario
@@ -46,7 +48,8 @@ def reference_key(scenario: Scenario) -> str:
     """Hex key of everything that determines a fault-free run's final parameters: what the job runs
     (the script and every local module it imports, see :func:`job_sources`; not the path or the
     launcher it is started with), its arguments, steps, seed and environment, where and with what it
-    runs (``target.cwd``, ``target.python``), the backend's topology, and the torch and Python versions.
+    runs (``target.cwd``, ``target.python``), the backend's topology, the torch and Python versions, and the
+    machine's GPU models (where it has NVIDIA GPUs).
     Data and config files the job reads are not in it (see docs/limits.md)."""
     import torch
 
@@ -61,6 +64,9 @@ def reference_key(scenario: Scenario) -> str:
            if t.python else {}),
         "nodes": b.nodes, "nproc_per_node": b.nproc_per_node,
         "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
+        # a CUDA job is bitwise the same only on the same GPU type (none here: the key of a machine without one
+        # is as it was)
+        **({"gpus": list(gpus), "visible": os.environ.get("CUDA_VISIBLE_DEVICES")} if (gpus := gpu_models()) else {}),
     }
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:20]
 

@@ -29,6 +29,7 @@ from chaos.errors import RunsDirError, ScenarioError
 from chaos.faults import FaultEnv
 from chaos.history import JOURNAL_FORMAT, Event, EventTail, RunnerLog, merge_run_dir
 from chaos.manifest import Manifest, process_start
+from chaos.observe.flight import read_flight
 from chaos.paths import default_runs_dir
 from chaos.registry import register_run
 from chaos.run.final_compare import COMPARED, final_comparison
@@ -359,6 +360,8 @@ class _Run:
                 finally:
                     self._teardown_faults()  # whatever failed above, the mount goes
                 self._record_worker_exits(final=True)
+                if (flight := read_flight(self.run_dir)) is not None:  # the stuck collective, for no_hang
+                    self._notify([self.log.record("flight_recorder", **flight)])
                 self.nemesis.finish(self.max_step)
                 if self.needs.final_comparison and status != "interrupted":
                     compared = final_comparison(s, self.run_dir, ref, self._worlds)

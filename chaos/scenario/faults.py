@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from chaos.scenario.base import _Model
+from chaos.scenario.device_faults import DeviceFaultSpec
 from chaos.scenario.net_faults import BandwidthFault, DelayFault, LossFault, PartitionFault
 from chaos.scenario.torchft import LighthousePartitionFault
 from chaos.scenario.trigger import Selector, Trigger, _Healable
@@ -271,6 +272,6 @@ class CheckpointFault(_Model):
 FaultSpec = Annotated[
     KillFault | GradientFault | ParameterFault | PauseFault | NodeCrashFault | NodeRestartFault | DelayFault
     | LossFault | BandwidthFault | PartitionFault | DiskFault | CheckpointFault | SlurmDownFault | SlurmSignalFault
-    | SlurmRequeueFault | SlurmDrainFault | SlurmdKillFault | LighthousePartitionFault,
+    | SlurmRequeueFault | SlurmDrainFault | SlurmdKillFault | LighthousePartitionFault | DeviceFaultSpec,
     Field(discriminator="fault"),
 ]

@@ -73,6 +73,7 @@ def snapshot_two_writers() -> dict[str, Any]:
 PAUSE_EPOCH_3 = [{"fault": "pause", "select": {"rank": 1}, "duration_s": 4,
                   "trigger": {"on_log": "EPOCHS_RUN=3$", "rank": 0}}]
 SHORT = {"target": {"steps": 50}}
+STRAGGLER = {"target": {"steps": 40}, "checks": ["completes", "straggler", "no_hang"]}
 KILL_CHECKS = ["completes", "restored_from_checkpoint", "equivalent_to_reference", "progress_lost", "recovery_time",
                "replicas_agree", "no_false_alarms", "no_hang", "exclusive_saves", "step_time"]
 BLACKBOX_CHECKS = ["completes", "restored_from_checkpoint", "progress_lost", "recovery_time", "checkpoint_loadable",
@@ -143,6 +144,15 @@ TABLE: dict[str, Recording] = {
     "cadence-k10-line-skip": Recording(cadence(Case(10, "done", True, "skip", "at_save_line")), gists={
         "restored_from_checkpoint": "its 'resumed' line says it resumed at step 41, but its first line after the restart"}),
     "blackbox-pause-slow": Recording(epoch_runs(schedule=PAUSE_EPOCH_3, epochs=7, checks=[{"step_time": {"max_slowdown": 2}}])),
+    # rank 1 slowed 20 ms a step from step 20 (gpu-slow on CPU): the job's own detection names it, or the wrong rank
+    "gpu-slow-straggler": Recording("gpu-slow.yaml", STRAGGLER, ("--straggler-detect", "10"), gists={
+        "straggler": "the job named rank 1 at step"}),
+    "gpu-slow-straggler-wrong-rank": Recording("gpu-slow.yaml", STRAGGLER, (
+        "--straggler-detect", "10", "--broken", "straggler-detect-wrong-rank"), gists={
+        "straggler": "the job's straggler detection did not name rank 1 (it named rank(s) [0] instead)"}),
+    # rank 1's device stalled at step 30 (gpu-hang on CPU): rank 0 times out, its probe dumps gloo's flight recorder
+    "gpu-hang-flight": Recording("gpu-hang.yaml", {"checks": [{"no_hang": {"slack_s": 10}}, "completes"]}, gists={
+        "no_hang": "the flight recorder names the last collective recorded"}),
 }
 
 

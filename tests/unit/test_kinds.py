@@ -48,10 +48,11 @@ def test_a_kind_s_replica_group_implementation_is_chosen_where_faults_are_built(
 def test_docs_listing_and_derived_tuples_come_from_the_table():
     assert {k.name: k.doc for k in kinds.KINDS} == FAULT_DOCS and all(FAULT_DOCS.values())
     assert kinds.names(network=True) == ("delay", "loss", "bandwidth", "partition")
-    assert kinds.names(in_process=True) == ("gradient", "parameter")
-    assert kinds.names(kills=True) == ("kill", "node-crash", "slurm-down", "slurm-signal", "slurm-requeue")
-    assert set(kinds.names(disrupts=True)) == {"pause", "partition", "delay", "loss", "bandwidth", "disk", "lighthouse-partition"}
-    assert set(kinds.names(cuts=True)) == {"pause", "partition", "loss", "delay", "bandwidth"}
+    assert kinds.names(in_process=True) == ("gradient", "parameter", "gpu-hang", "gpu-slow", "comm-abort", "gil-hang")
+    assert kinds.names(kills=True) == ("kill", "node-crash", "slurm-down", "slurm-signal", "slurm-requeue", "comm-abort")
+    assert set(kinds.names(disrupts=True)) == {"pause", "partition", "delay", "loss", "bandwidth", "disk", "lighthouse-partition",
+                                               "gpu-hang", "gpu-slow", "gil-hang"}
+    assert set(kinds.names(cuts=True)) == {"pause", "partition", "loss", "delay", "bandwidth", "gpu-hang", "gil-hang"}
     assert not set(kinds.names(kills=True)) & set(kinds.names(disrupts=True))
 
 
@@ -72,7 +73,7 @@ def test_explore_draws_the_table_s_kinds_in_its_order_and_families_group_them():
                            "node-crash", "gradient", "parameter"]
     assert "node-restart" not in KINDS  # brought about by node-crash's restart_after_s, never drawn alone
     assert list(FAMILIES)[:7] == ["kill", "pause", "checkpoint", "disk", "network", "node", "sdc"]
-    assert FAMILIES["network"] == kinds.names(network=True) and FAMILIES["sdc"] == kinds.names(in_process=True)
+    assert FAMILIES["network"] == kinds.names(network=True) and FAMILIES["sdc"] == kinds.names(in_process=True)[:2]
     for name in KINDS:
         assert FAMILIES[name] == (name,)
 
@@ -106,13 +107,14 @@ def test_a_plugin_row_is_read_by_name_and_by_traits(plugin_rows):
     kinds.add_plugin_kind(zap)
     assert kinds.kind("zap") is zap and kinds.row("zap") is zap
     # built-in first, then the plugins'
-    assert kinds.names(kills=True) == ("kill", "node-crash", "slurm-down", "slurm-signal", "slurm-requeue", "zap")
+    assert kinds.names(kills=True) == ("kill", "node-crash", "slurm-down", "slurm-signal", "slurm-requeue", "comm-abort",
+                                       "zap")
     assert kinds.names(kills=True, node_level=True) == ("node-crash", "slurm-down", "zap")
     assert kinds.rows()[-1] is zap and kinds.rows()[:-1] == kinds.KINDS
     assert "zap" not in kinds.KIND_NAMES and "zap" not in kinds.explore_kinds()  # built-in only
     kinds.forget_plugin_kinds()
     assert not kinds.row("zap").kills
-    assert kinds.names(kills=True) == ("kill", "node-crash", "slurm-down", "slurm-signal", "slurm-requeue")
+    assert kinds.names(kills=True) == ("kill", "node-crash", "slurm-down", "slurm-signal", "slurm-requeue", "comm-abort")
 
 
 def test_row_never_raises_and_a_plugin_cannot_replace_a_built_in_row(plugin_rows):

@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("judgement and mechanisms", ["chaos.checks", "chaos.timeline", "chaos.net", "chaos.disk", "chaos.reserve",
                                   "chaos.manifest",
                                   "chaos.registry", "chaos.capabilities", "chaos.cgroup2", "chaos.dcpcheck", "chaos.accelcheck",
-                                  "chaos.worker_table", "chaos.labs"]),
+                                  "chaos.worker_table", "chaos.labs", "chaos.gpuinfo"]),
     ("verdicts", ["chaos.verdicts"]),
     ("loading, backends, strategies", ["chaos.load", "chaos.backends", "chaos.strategies"]),
     ("faults, black-box runtime, cleanup", ["chaos.faults", "chaos.observe", "chaos.cleanup"]),
