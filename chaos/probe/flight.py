@@ -42,9 +42,9 @@ def dump_after_error(env: Mapping[str, str]) -> str | None:
         path = dump_path(env, dist.get_rank())
         if path is None:
             return None
-        import importlib
+        from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined]  # (no stub)
 
-        data = importlib.import_module("torch._C._distributed_c10d")._dump_fr_trace()  # bytes: torch's pickle
+        data = _dump_fr_trace()  # bytes: torch's pickle
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
