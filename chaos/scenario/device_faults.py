@@ -5,40 +5,21 @@ too (a host stall, a slow rank, the gloo connections shut), so all of them are t
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from chaos.scenario.base import _Model
-from chaos.scenario.trigger import Selector, Trigger
+from chaos.scenario.trigger import _InProbe
 
 DEFAULT_HANG_S = 600.0  # long past any collective timeout worth testing: the job must end it, not the fault
 
 
-class _OnOneRank(_Model):
+class _OnOneRank(_InProbe):
     """What the device faults share: one rank (``select: {rank: R}``) and one step (``trigger: {at_step:
     N}``) at whose start the probe acts."""
 
-    select: Selector
-    trigger: Trigger
-
-    @model_validator(mode="after")
-    def _one_rank_one_step(self) -> _OnOneRank:
-        problems = []
-        if self.select.rank is None:
-            problems.append("select: a device fault acts on one rank; use select: {rank: R}")
-        if self.trigger.at_step is None or self.trigger.on_event != "step":
-            problems.append("trigger: a device fault acts at the start of a step; use trigger: {at_step: N}")
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
-
-    def sdc_json(self, fault_id: str) -> dict[str, Any]:
-        """What the probe reads from ``$CHAOS_SDC`` (the in-process faults' list): the fault's own fields,
-        ``id``, ``kind`` (the ``fault:`` name), ``rank`` and ``step``."""
-        data = self.model_dump(exclude={"select", "trigger", "fault"})
-        return {**data, "id": fault_id, "kind": self.fault, "rank": self.select.rank,  # type: ignore[attr-defined]
-                "step": self.trigger.at_step}
+    _RULES = ("select: a device fault acts on one rank; use select: {rank: R}",
+              "trigger: a device fault acts at the start of a step; use trigger: {at_step: N}")
 
     def _where(self) -> str:
         return f"on rank {self.select.rank} {self.trigger.describe()}"

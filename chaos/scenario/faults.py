@@ -4,7 +4,7 @@ checkpoint damage; the network faults are in :mod:`chaos.scenario.net_faults`.""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -12,7 +12,7 @@ from chaos.scenario.base import _Model
 from chaos.scenario.device_faults import DeviceFaultSpec
 from chaos.scenario.net_faults import BandwidthFault, DelayFault, LossFault, PartitionFault
 from chaos.scenario.torchft import LighthousePartitionFault
-from chaos.scenario.trigger import Selector, Trigger, _Healable
+from chaos.scenario.trigger import Selector, Trigger, _Healable, _InProbe
 
 
 class KillFault(_Model):
@@ -27,11 +27,11 @@ class KillFault(_Model):
         return f"kill {self.select.describe()} with {self.signal} {self.trigger.describe()}"
 
 
-class _InProcess(_Model):
+class _InProcess(_InProbe):
     """Shared fields of the faults the probe carries out inside the target (SDC)."""
 
-    select: Selector
-    trigger: Trigger
+    _RULES = ("select: an in-process fault hits one rank; use select: {rank: R}",
+              "trigger: an in-process fault fires at a step; use trigger: {at_step: N}")
     steps: int = Field(default=1, ge=1, description="Step executions it corrupts: 1 = transient, N = persistent.")
     param: str | None = Field(default=None, description="Parameter name (e.g. `0.weight`); default: one chosen "
                               "by the fault's seed.")
@@ -41,20 +41,10 @@ class _InProcess(_Model):
         default="exponent", description="bitflip: the float32 bit (sign = 31, exponent = 30, mantissa = 0, or 0..31).")
 
     @model_validator(mode="after")
-    def _in_process(self) -> _InProcess:
-        if self.select.rank is None:
-            raise ValueError("select: an in-process fault hits one rank; use select: {rank: R}")
-        if self.trigger.at_step is None or self.trigger.on_event != "step":
-            raise ValueError("trigger: an in-process fault fires at a step; use trigger: {at_step: N}")
+    def _bit_in_range(self) -> _InProcess:
         if isinstance(self.bit, int) and not 0 <= self.bit <= 31:
             raise ValueError(f"bit={self.bit} must be in 0..31 (float32); use sign, exponent, mantissa or 0..31")
         return self
-
-    def sdc_json(self, fault_id: str) -> dict[str, Any]:
-        """What the probe's injector reads from ``$CHAOS_SDC``."""
-        data = self.model_dump(exclude={"select", "trigger", "fault"})
-        return {**data, "id": fault_id, "kind": self.fault, "rank": self.select.rank,  # type: ignore[attr-defined]
-                "step": self.trigger.at_step}
 
 
 class GradientFault(_InProcess):

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -128,3 +128,32 @@ class _Healable(_Model):
 
     def _span(self) -> str:
         return f" for {self.duration_s:g}s" if self.duration_s else " until the run ends"
+
+
+class _InProbe(_Model):
+    """A fault the probe inside the target carries out (SDC, device): on one rank (``select: {rank: R}``) at
+    one step (``trigger: {at_step: N}``), passed to the workers in ``$CHAOS_SDC`` (:meth:`sdc_json`).
+    ``_RULES``: what each subclass family tells a user who selects no rank, or triggers otherwise."""
+
+    select: Selector
+    trigger: Trigger
+    _RULES: ClassVar[tuple[str, str]] = ("select: a probe fault acts on one rank; use select: {rank: R}",
+                                         "trigger: a probe fault acts at a step; use trigger: {at_step: N}")
+
+    @model_validator(mode="after")
+    def _one_rank_one_step(self) -> _InProbe:
+        problems = []
+        if self.select.rank is None:
+            problems.append(self._RULES[0])
+        if self.trigger.at_step is None or self.trigger.on_event != "step":
+            problems.append(self._RULES[1])
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def sdc_json(self, fault_id: str) -> dict[str, Any]:
+        """What the probe reads from ``$CHAOS_SDC`` (the in-process faults' list): the fault's own fields,
+        ``id``, ``kind`` (the ``fault:`` name), ``rank`` and ``step``."""
+        data = self.model_dump(exclude={"select", "trigger", "fault"})
+        return {**data, "id": fault_id, "kind": self.fault, "rank": self.select.rank,  # type: ignore[attr-defined]
+                "step": self.trigger.at_step}
