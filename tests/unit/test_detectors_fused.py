@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ def _model() -> Any:
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
 
 
-def _worker(rank: int, out: str, port: int) -> None:
+def _worker(rank: int, out: str) -> None:
     """One rank: a DDP model with the detectors and a plain DDP twin; a few steps with corruptions."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -36,7 +35,8 @@ def _worker(rank: int, out: str, port: int) -> None:
     from chaos.probe.detectors import SdcDetectors
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    # a file store in the test's own directory: no port picked, closed and bound again (another test could take it)
+    dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=2)
     alarms: list[dict] = []
     probe = Probe({})
     probe.emit = lambda kind, step=None, **f: alarms.append({"kind": kind, "step": step, **f})  # type: ignore[method-assign]
@@ -91,10 +91,7 @@ def main(out: str) -> None:
     """Spawn both ranks (``python -c``: the children import this module)."""
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_worker, args=(out, port), nprocs=2)
+    mp.spawn(_worker, args=(out,), nprocs=2)
 
 
 @pytest.fixture(scope="module")
